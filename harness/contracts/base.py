@@ -1,0 +1,132 @@
+"""What a contract is, what a probe returns, and how an observation is classified.
+
+A contract is one thing speculators 0.3.0 assumes about vLLM. Its probe drives the installed vLLM
+twice: once the way speculators does (the *unshimmed* attempt) and, when that fails, once through
+our shim (the *shimmed* attempt). The outcome follows from those two attempts alone:
+
+* native  - speculators' own call works;
+* shimmed - speculators' call fails with a failure this contract documents, and the shim works;
+* broken  - anything else (an undocumented failure, or a shim that does not restore the contract);
+* n/a     - the contract does not apply to this model/platform (said with a reason).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+
+class Outcome(str, enum.Enum):
+    NATIVE = "native"
+    SHIMMED = "shimmed"
+    BROKEN = "broken"
+    NA = "n/a"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def summarize(text: str, limit: int = 500) -> str:
+    """An exception's text on one line (pydantic puts the field name on the second line)."""
+    line = " | ".join(part.strip() for part in (text or "").strip().splitlines() if part.strip())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+@dataclass
+class Attempt:
+    """One call into the installed vLLM: did it work, and if not, what did it raise."""
+
+    ok: bool
+    error_type: str | None = None
+    error: str | None = None
+    detail: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @classmethod
+    def run(cls, fn: Callable[[], Any]) -> tuple["Attempt", Any]:
+        t0 = time.perf_counter()
+        try:
+            value = fn()
+        except Exception as exc:  # noqa: BLE001 - the exception is the observation
+            tb = traceback.extract_tb(exc.__traceback__)
+            where = f"{tb[-1].filename.split('site-packages/')[-1]}:{tb[-1].lineno}" if tb else ""
+            message = summarize(str(exc)) or repr(exc)
+            return cls(False, type(exc).__name__, message, {"raised_at": where}, time.perf_counter() - t0), None
+        return cls(True, seconds=time.perf_counter() - t0), value
+
+    @classmethod
+    def failed(cls, error_type: str, error: str, **detail: Any) -> "Attempt":
+        return cls(False, error_type, error, detail)
+
+    @property
+    def text(self) -> str:
+        if self.ok:
+            return "ok"
+        where = self.detail.get("raised_at")
+        return f"{self.error_type}: {self.error}" + (f" @ {where}" if where else "")
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A contract's identity: what speculators assumes, how its unshimmed path fails, which shim fixes it."""
+
+    id: str
+    assumes: str
+    failures: tuple[str, ...]
+    shim: str | None
+    side: str = "driver"  # "driver": the generator process; "worker": inside vLLM's worker processes
+
+    def documented(self, attempt: Attempt) -> bool:
+        return not attempt.ok and any(re.search(p, attempt.text) for p in self.failures)
+
+
+@dataclass
+class Observation:
+    contract: Contract
+    unshimmed: Attempt
+    shimmed: Attempt | None = None
+    facts: dict = field(default_factory=dict)
+    not_applicable: str | None = None
+    subject: str | None = None  # e.g. the model architecture for per-model contracts
+
+    @property
+    def key(self) -> str:
+        return f"{self.contract.id}[{self.subject}]" if self.subject else self.contract.id
+
+    @property
+    def outcome(self) -> Outcome:
+        return classify(self)[0]
+
+    @property
+    def reason(self) -> str:
+        return classify(self)[1]
+
+    def to_json(self) -> dict:
+        return {
+            "contract": self.key,
+            "assumes": self.contract.assumes,
+            "outcome": str(self.outcome),
+            "reason": self.reason,
+            "shim": self.contract.shim if self.outcome is Outcome.SHIMMED else None,
+            "unshimmed": asdict(self.unshimmed),
+            "shimmed": asdict(self.shimmed) if self.shimmed else None,
+            "facts": self.facts,
+        }
+
+
+def classify(obs: Observation) -> tuple[Outcome, str]:
+    if obs.not_applicable:
+        return Outcome.NA, obs.not_applicable
+    if obs.unshimmed.ok:
+        return Outcome.NATIVE, "speculators' own call works"
+    if not obs.contract.documented(obs.unshimmed):
+        return Outcome.BROKEN, f"undocumented failure: {obs.unshimmed.text}"
+    if obs.shimmed is None or obs.contract.shim is None:
+        return Outcome.BROKEN, f"no shim restores it: {obs.unshimmed.text}"
+    if not obs.shimmed.ok:
+        return Outcome.BROKEN, f"shim {obs.contract.shim} does not restore it: {obs.shimmed.text}"
+    return Outcome.SHIMMED, f"{obs.unshimmed.text} -> restored by {obs.contract.shim}"

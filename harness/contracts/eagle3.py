@@ -1,0 +1,57 @@
+"""C-eagle3: `supports_eagle3(model)` holds for the target model.
+
+speculators 0.3.0 refuses any model for which vLLM's `supports_eagle3()` is False ("does not
+support hidden state extraction"). The check is a guard, not a need: the capture only needs the
+decoder stack's layers, `start_layer`/`end_layer` and final norm (speculators 0.4.0 dropped the
+check). vLLM adds SupportsEagle3 to DeepseekV2/V3 and Kimi-K2.5 in 0.18. Shim (in the worker):
+accept a model whose stack has what the patched forward uses.
+"""
+
+from __future__ import annotations
+
+from harness.contracts.base import Contract, Observation
+
+CONTRACT = Contract(
+    id="eagle3",
+    assumes="supports_eagle3(model) is True for the target model",
+    failures=(r"Model \w+ does not support hidden state extraction",),
+    shim="harness.contracts.eagle3.accepting",
+    side="worker",
+)
+
+STACK_ATTRS = ("layers", "start_layer", "end_layer", "norm")
+
+
+def patchable(model) -> bool:
+    from harness.worker import decoder_stack
+
+    try:
+        stack = decoder_stack(model)
+    except AttributeError:
+        return False
+    return all(hasattr(stack, a) for a in STACK_ATTRS)
+
+
+def accepting(model) -> bool:
+    """Stands in for `supports_eagle3` in speculators' worker extension."""
+    from vllm.model_executor.models.interfaces import supports_eagle3
+
+    return bool(supports_eagle3(model)) or patchable(model)
+
+
+def worker_probe(worker, layer_ids) -> dict:
+    from vllm.model_executor.models.interfaces import supports_eagle3
+
+    from harness.worker import setup_attempts
+
+    model = worker.model_runner.model
+    r = setup_attempts(worker, layer_ids, CONTRACT.id)
+    r["facts"] = {"model": type(model).__name__, "supports_eagle3": bool(supports_eagle3(model)),
+                  "stack_patchable": patchable(model)}
+    return r
+
+
+def probe(ctx) -> Observation:
+    r = ctx.worker_call(worker_probe, ctx.layer_ids)
+    return Observation(CONTRACT, r["unshimmed"], None if r["unshimmed"].ok else r["shimmed"], r["facts"],
+                       subject=ctx.model.family)

@@ -1,0 +1,66 @@
+"""C-embed: the decoder stack has `get_input_embeddings(input_ids)`.
+
+speculators' patched forward embeds token ids with `self.get_input_embeddings(input_ids)`. vLLM
+0.11.1 renamed the method on the inner models to `embed_input_ids` (no reverse alias), so every
+text-only prefill raises AttributeError inside the worker. Shim (in the worker): alias
+`get_input_embeddings` to `embed_input_ids` on the stack instance when only the new name exists.
+"""
+
+from __future__ import annotations
+
+from harness.contracts.base import Attempt, Contract, Observation
+
+CONTRACT = Contract(
+    id="embed",
+    assumes="the decoder stack (model.model) has get_input_embeddings(input_ids)",
+    failures=(r"has no attribute 'get_input_embeddings'",),
+    shim="harness.contracts.embed.apply_worker",
+    side="worker",
+)
+
+
+def needed(stack) -> bool:
+    return not _has_own(stack, "get_input_embeddings") and hasattr(stack, "embed_input_ids")
+
+
+def _has_own(stack, name: str) -> bool:
+    try:
+        getattr(type(stack), name)
+        return True
+    except AttributeError:
+        return False
+
+
+def apply_worker(stack) -> bool:
+    if not needed(stack):
+        return False
+    stack.__dict__["get_input_embeddings"] = stack.embed_input_ids
+    return True
+
+
+def worker_probe(worker) -> dict:
+    """Runs inside a vLLM worker (sent as an RPC)."""
+    import torch
+
+    from harness.worker import decoder_stack
+
+    stack = decoder_stack(worker.model_runner.model)
+    ids = torch.tensor([1, 2, 3], device=next(stack.parameters()).device)
+    alias = stack.__dict__.pop("get_input_embeddings", None)
+    try:
+        unshimmed, _ = Attempt.run(lambda: stack.get_input_embeddings(ids))
+    finally:
+        if alias is not None:
+            stack.__dict__["get_input_embeddings"] = alias
+    shimmed, out = Attempt.run(lambda: (apply_worker(stack), stack.get_input_embeddings(ids))[1])
+    facts = {"stack": type(stack).__name__, "has_get_input_embeddings": _has_own(stack, "get_input_embeddings"),
+             "has_embed_input_ids": hasattr(stack, "embed_input_ids")}
+    if out is not None and hasattr(stack, "embed_input_ids"):
+        facts["alias_equals_embed_input_ids"] = bool(torch.equal(out, stack.embed_input_ids(ids)))
+    return {"unshimmed": unshimmed, "shimmed": shimmed, "facts": facts}
+
+
+def probe(ctx) -> Observation:
+    r = ctx.worker_call(worker_probe)
+    return Observation(CONTRACT, r["unshimmed"], None if r["unshimmed"].ok else r["shimmed"], r["facts"],
+                       subject=ctx.model.family)

@@ -1,0 +1,80 @@
+"""C-kimistack: the decoder stack speculators patches is `model.model`.
+
+`KimiK25ForConditionalGeneration` has no `.model`: its DeepseekV2 stack is
+`model.language_model` (vLLM 0.15) or `model.language_model.model` (0.16+), so speculators'
+`base_model = model.model` raises AttributeError. Shim (in the worker): find the stack by its
+layers and alias it as `model.model` on the instance (not registered as a submodule, so weights
+and state dicts are unchanged). Not applicable to models that have `.model`.
+"""
+
+from __future__ import annotations
+
+from harness.contracts.base import Contract, Observation
+
+CONTRACT = Contract(
+    id="kimistack",
+    assumes="the target model's decoder stack is model.model",
+    failures=(r"has no attribute 'model'",),
+    shim="harness.contracts.kimi_stack.apply_worker",
+    side="worker",
+)
+
+CANDIDATES = ("model", "language_model.model", "language_model")
+
+
+def stack_path(model) -> str | None:
+    for path in CANDIDATES:
+        obj = model
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        if hasattr(obj, "layers"):
+            return path
+    return None
+
+
+def apply_worker(model) -> bool:
+    if "model" in model.__dict__ or _has(model, "model"):
+        return False
+    path = stack_path(model)
+    if path is None:
+        return False
+    obj = model
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    model.__dict__["model"] = obj
+    return True
+
+
+def _has(model, name: str) -> bool:
+    try:
+        model.__getattr__(name)
+        return True
+    except AttributeError:
+        return False
+
+
+def worker_probe(worker, layer_ids) -> dict:
+    from harness.worker import setup_attempts
+
+    model = worker.model_runner.model
+    alias = model.__dict__.get("model")
+    facts = {"model": type(model).__name__, "stack_path": stack_path(model) if alias is None else "model (alias)"}
+    if alias is None and _has(model, "model"):
+        return {"not_applicable": f"{type(model).__name__} has .model", "facts": facts}
+    r = setup_attempts(worker, layer_ids, CONTRACT.id)
+    r["facts"] = facts
+    return r
+
+
+def probe(ctx) -> Observation:
+    r = ctx.worker_call(worker_probe, ctx.layer_ids)
+    if r.get("not_applicable"):
+        from harness.contracts.base import Attempt
+
+        return Observation(CONTRACT, Attempt(True), None, r["facts"], not_applicable=r["not_applicable"],
+                           subject=ctx.model.family)
+    return Observation(CONTRACT, r["unshimmed"], None if r["unshimmed"].ok else r["shimmed"], r["facts"],
+                       subject=ctx.model.family)

@@ -1,0 +1,56 @@
+"""C-layer: decoder layers take `layer(hidden_states=, positions=, residual=)` and return (hidden, residual).
+
+speculators' patched forward replaces the stack's own loop and calls each layer with exactly those
+three keywords. Anything else the stack's own loop passes is lost: DeepseekV2's layer gained
+`llama_4_scaling` in vLLM 0.12, which its own forward computes when the checkpoint's config sets
+`llama_4_scaling`. For such a checkpoint the patched loop silently diverges; no shim restores it
+(the contract is then broken). Observed on the loaded layers, in the worker.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from harness.contracts.base import Attempt, Contract, Observation
+
+CONTRACT = Contract(
+    id="layer",
+    assumes="layer(hidden_states=, positions=, residual=) is the whole call the stack's own loop makes",
+    failures=(r"TypeError: .*(missing|unexpected)",),
+    shim=None,
+    side="worker",
+)
+
+PASSED = ("hidden_states", "positions", "residual")
+
+
+def worker_probe(worker) -> dict:
+    from harness.worker import decoder_stack
+
+    stack = decoder_stack(worker.model_runner.model)
+    layers = list(stack.layers)[stack.start_layer:stack.end_layer]
+    kinds: dict[str, dict] = {}
+    failure = None
+    for layer in layers:
+        name = type(layer).__name__
+        if name in kinds:
+            continue
+        sig = inspect.signature(layer.forward)
+        extra = [p for p in sig.parameters if p not in PASSED and p not in ("self", "args", "kwargs")]
+        kinds[name] = {"signature": str(sig), "not_passed": extra}
+        try:
+            sig.bind(**{p: None for p in PASSED})
+        except TypeError as exc:
+            failure = failure or Attempt.failed("TypeError", f"{name}.forward{sig}: {exc}")
+    config = getattr(worker.model_runner.model_config, "hf_text_config", None) or worker.model_runner.model_config.hf_config
+    l4 = getattr(config, "llama_4_scaling", None)
+    facts = {"layers": kinds, "config_llama_4_scaling": l4}
+    if failure is None and l4 and any("llama_4_scaling" in k["not_passed"] for k in kinds.values()):
+        failure = Attempt.failed("SilentDivergence", "the stack passes llama_4_scaling (set in this config); "
+                                 "speculators' patched loop does not")
+    return {"unshimmed": failure or Attempt(True), "facts": facts}
+
+
+def probe(ctx) -> Observation:
+    r = ctx.worker_call(worker_probe)
+    return Observation(CONTRACT, r["unshimmed"], None, r["facts"], subject=ctx.model.family)

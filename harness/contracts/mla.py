@@ -1,0 +1,73 @@
+"""C-mla: the target's MLA attention (DeepSeek-V3, Kimi-K2.5) runs on this platform.
+
+Not a speculators call, but a condition of running the Kimi-shaped fixture at all: CPU builds of
+vLLM before 0.32 raise "MLA is not supported on CPU." when the attention backend is chosen, and
+0.32's CPU MLA backend takes only kv_lora_rank + qk_rope_head_dim == 576. Where MLA cannot run, the
+harness runs the model with `VLLM_MLA_DISABLE=1` (vLLM then expands MLA to plain multi-head
+attention over the same weights) and the report says so; it is never hidden.
+
+The probe asks the platform's own attention selector, in process, for an MLA backend with the
+model's real head size (kv_lora_rank + qk_rope_head_dim); the shimmed attempt is the real executor
+start with `VLLM_MLA_DISABLE=1`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+from harness.contracts.base import Attempt, Contract, Observation
+
+CONTRACT = Contract(
+    id="mla",
+    assumes="MLA attention runs on this platform (no VLLM_MLA_DISABLE needed)",
+    failures=(r"MLA is not supported on", r"MLA.*(not supported|unsupported)"),
+    shim="harness.contracts.mla.apply_env (VLLM_MLA_DISABLE=1)",
+)
+
+ENV = "VLLM_MLA_DISABLE"
+
+
+def is_mla(text_config: dict) -> bool:
+    return bool(text_config.get("kv_lora_rank"))
+
+
+def apply_env() -> None:
+    os.environ[ENV] = "1"
+
+
+def _selector_values(text_config: dict) -> dict:
+    import torch
+
+    return {"selected_backend": None, "head_size": int(text_config["kv_lora_rank"]) + int(text_config["qk_rope_head_dim"]),
+            "dtype": torch.bfloat16, "kv_cache_dtype": "auto", "block_size": 16, "use_v1": True, "use_mla": True,
+            "has_sink": False, "use_sparse": False, "use_mm_prefix": False}
+
+
+def select_mla_backend(text_config: dict) -> str:
+    """Ask the installed platform for an MLA attention backend; returns its path or raises what it raises."""
+    from vllm.platforms import current_platform
+
+    fn = current_platform.get_attn_backend_cls
+    values = _selector_values(text_config)
+    kwargs = {}
+    for name, param in inspect.signature(fn).parameters.items():
+        if name in values:
+            kwargs[name] = values[name]
+        elif hasattr(param.annotation, "_fields"):  # e.g. AttentionSelectorConfig (a NamedTuple)
+            kwargs[name] = param.annotation(**{f: values[f] for f in param.annotation._fields if f in values})
+        elif param.default is inspect.Parameter.empty:
+            raise LookupError(f"cannot call {fn.__qualname__}{inspect.signature(fn)}: unknown parameter {name!r}")
+    return str(fn(**kwargs))
+
+
+def probe(subject: str, text_config: dict, started_with_env: bool, start_attempt: Attempt) -> Observation:
+    """`start_attempt`: the shared generator's start; `started_with_env`: whether it needed VLLM_MLA_DISABLE."""
+    if not is_mla(text_config):
+        return Observation(CONTRACT, Attempt(True), None, {}, not_applicable="model has no MLA", subject=subject)
+    unshimmed, backend = Attempt.run(lambda: select_mla_backend(text_config))
+    facts = {"head_size": int(text_config["kv_lora_rank"]) + int(text_config["qk_rope_head_dim"]),
+             "selected_backend": backend, "ran_with_VLLM_MLA_DISABLE": started_with_env}
+    if unshimmed.ok and started_with_env:
+        unshimmed = Attempt.failed("RuntimeError", "selector offers MLA, but the executor did not start with it")
+    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else start_attempt, facts, subject=subject)

@@ -1,0 +1,120 @@
+"""C-request: `Request(request_id=, prompt_token_ids=, sampling_params=, pooling_params=, eos_token_id=,
+arrival_time=)` makes a request the scheduler can prefill.
+
+Two breaks meet here. With prefix caching on (vLLM's default from 0.12), the block pool reads one
+block hash per full block, and speculators attaches no `block_hasher`: the first prompt that fills
+a block fails (an AssertionError in block_pool.py up to 0.25, an IndexError from 0.26). And vLLM
+0.17 removed `eos_token_id` from `Request.__init__` (EOS lives in SamplingParams since).
+Shim: attach vLLM's own request block hasher (built as EngineCore builds it) whenever the config
+caches prefixes, and drop `eos_token_id` where Request no longer takes it (a prefill-only request
+never reaches EOS).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+from harness.contracts.base import Attempt, Contract, Observation
+
+CONTRACT = Contract(
+    id="request",
+    assumes="Request(request_id=, prompt_token_ids=, sampling_params=, pooling_params=, eos_token_id=, "
+    "arrival_time=) is prefilled by the scheduler, prompts of one full block or more included",
+    failures=(
+        r"AssertionError: .*@ .*block_pool\.py",
+        r"IndexError: .*@ .*block_pool\.py",
+        r"TypeError: .*unexpected keyword argument 'eos_token_id'",
+    ),
+    shim="harness.contracts.request.apply",
+)
+
+
+def _params() -> dict:
+    from vllm.v1.request import Request
+
+    return dict(inspect.signature(Request.__init__).parameters)
+
+
+def takes_eos() -> bool:
+    return "eos_token_id" in _params()
+
+
+def takes_block_hasher() -> bool:
+    return "block_hasher" in _params()
+
+
+def needed() -> bool:
+    from harness.contracts.prefix_cache import caching_default
+
+    return not takes_eos() or (takes_block_hasher() and caching_default())
+
+
+def _hash_fn_by_name():
+    for module in ("vllm.utils.hashing", "vllm.utils"):
+        try:
+            return importlib.import_module(module).get_hash_fn_by_name
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError("get_hash_fn_by_name not found in vllm.utils.hashing or vllm.utils")
+
+
+def block_hasher_for(vllm_config):
+    """vLLM's request block hasher for this config, built the way EngineCore builds it."""
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+    from harness.contracts.scheduler import block_size_of
+
+    hash_fn = _hash_fn_by_name()(vllm_config.cache_config.prefix_caching_hash_algo)
+    init_none_hash(hash_fn)
+    return get_request_block_hasher(block_size_of(vllm_config), hash_fn)
+
+
+def apply(ns: dict, current, state=None) -> None:
+    if not needed():
+        return
+    real = current("Request")
+    accepted = set(_params())
+    hashers: dict[int, object] = {}
+
+    def Request(**kwargs):  # noqa: N802
+        if "eos_token_id" not in accepted:
+            kwargs.pop("eos_token_id", None)
+        cfg = getattr(state, "vllm_config", None)
+        if "block_hasher" in accepted and cfg is not None and cfg.cache_config.enable_prefix_caching:
+            if id(cfg) not in hashers:
+                hashers[id(cfg)] = block_hasher_for(cfg)
+            kwargs.setdefault("block_hasher", hashers[id(cfg)])
+        return real(**kwargs)
+
+    ns["Request"] = Request
+
+
+def probe(ctx) -> Observation:
+    from types import SimpleNamespace
+
+    from vllm.v1.request import Request
+
+    # The config speculators builds: vLLM's default prefix caching (C-prefixcache's shim off).
+    cfg = ctx.speculators_vllm_config(disable={"prefixcache"})
+    n = 2 * ctx.block_size + 3
+    keywords = ctx.keywords("Request")
+
+    def prefill(factory):
+        values = ctx.request_values(ctx.prompt(n))
+        req = factory(**{k: values[k] for k in keywords})
+        sched = ctx.new_scheduler(cfg)
+        sched.add_request(req)
+        out = sched.schedule()
+        return {"scheduled": out.num_scheduled_tokens.get(req.request_id, 0), "block_hashes": len(req.block_hashes)}
+
+    ns: dict = {}
+    apply(ns, lambda name: ns.get(name, Request), SimpleNamespace(vllm_config=cfg))
+    unshimmed, _ = Attempt.run(lambda: prefill(Request))
+    shimmed, seen = Attempt.run(lambda: prefill(ns.get("Request", Request)))
+    facts = {"takes_eos_token_id": takes_eos(), "takes_block_hasher": takes_block_hasher(),
+             "prefix_caching": bool(cfg.cache_config.enable_prefix_caching), "prompt_tokens": n,
+             "speculators_keywords": keywords, "shim_selected": needed()}
+    if seen:
+        facts["shimmed_prefill"] = seen
+    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else shimmed, facts)

@@ -1,0 +1,44 @@
+"""C-rpc: `collective_rpc(method, unique_reply_rank=0)` returns a list holding rank 0's reply.
+
+speculators reads `collective_rpc("_get_captured_states", unique_reply_rank=0)[0]`. From vLLM
+0.11.1 a call with `unique_reply_rank` returns the reply itself, so `[0]` picks the first layer's
+tensor and `if not aux_hidden_states` raises. Observed on a real multiprocess executor by sending
+rank 0 a list shaped like speculators' reply. Shim (on the executor view speculators holds): wrap a
+single reply in a list; which reply shape the executor has is learned by an echo RPC at start-up.
+"""
+
+from __future__ import annotations
+
+from harness.contracts.base import Attempt, Contract, Observation
+from harness.executor_view import echo
+
+CONTRACT = Contract(
+    id="rpc",
+    assumes="collective_rpc(method, unique_reply_rank=0) returns [rank-0 reply]",
+    failures=(r"Boolean value of Tensor with more than one value is ambiguous",),
+    shim="harness.executor_view.ExecutorView.collective_rpc",
+)
+
+
+def speculators_read(rpc, layers):
+    """What speculators does with the reply (vllm_hidden_states_generator.generate)."""
+    captured_states_list = rpc(echo, args=(layers,), unique_reply_rank=0)
+    aux_hidden_states = captured_states_list[0]
+    if not aux_hidden_states:
+        raise RuntimeError("Failed to capture hidden states from worker")
+    return len(aux_hidden_states)
+
+
+def probe(ctx) -> Observation:
+    import torch
+
+    layers = [torch.ones(3, 8), torch.zeros(3, 8)]
+    real = ctx.real_executor
+    unshimmed, _ = Attempt.run(lambda: speculators_read(real.collective_rpc, layers))
+    shimmed, n = Attempt.run(lambda: speculators_read(ctx.executor_view.collective_rpc, layers))
+    raw = real.collective_rpc(echo, args=("marker",), unique_reply_rank=0)
+    facts = {"executor": type(real).__name__, "reply_to_marker": repr(raw), "world_size": ctx.world_size,
+             "shim_selected": ctx.executor_view.single_reply}
+    if n is not None:
+        facts["layers_read_through_shim"] = n
+    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else shimmed, facts)

@@ -1,0 +1,80 @@
+"""C-twophase: `execute_model(scheduler_output)` can be called step after step.
+
+From vLLM 0.11.1 the model runner's `execute_model()` runs the forward, parks its state and returns
+None; `sample_tokens()` must consume that state before the next `execute_model()`, else
+"State error: sample_tokens() must be called after execute_model() returns None." speculators
+never calls `sample_tokens()`, so its second scheduler step (more than 32 prompts, or a second
+`generate()`) fails. The guard is unconditional: it does not depend on `async_scheduling`.
+Shim (on the executor view): after an `execute_model()` that returned None, call
+`sample_tokens(None)` (no grammar), as EngineCore does.
+"""
+
+from __future__ import annotations
+
+from harness.contracts.base import Attempt, Contract, Observation
+
+CONTRACT = Contract(
+    id="twophase",
+    assumes="execute_model(scheduler_output) may be called again without sample_tokens()",
+    failures=(r"State error: sample_tokens\(\) must be called after execute_model\(\) returns None",),
+    shim="harness.executor_view.ExecutorView.execute_model",
+)
+
+
+def _step(ctx, sched, n_tokens: int):
+    req = ctx.new_request(ctx.vllm_config, ctx.prompt(n_tokens))
+    sched.add_request(req)
+    return req, sched.schedule()
+
+
+def observe(ctx, gen) -> dict:
+    """Drive one generator's real executor through the protocol and say what happened."""
+    from harness.contracts.base import Attempt as A
+
+    real, view, sched = gen.real_executor, gen.executor_view, gen.scheduler
+    done = ctx.finished_aborted()
+    seen: dict = {"async_scheduling": gen.vllm_config.scheduler_config.async_scheduling}
+    r1, o1 = _step(ctx, sched, 5)
+    first = real.execute_model(o1)
+    seen["execute_model_returns"] = type(first).__name__
+    sched.finish_requests([r1.request_id], done)
+    r2, o2 = _step(ctx, sched, 5)
+    second, _ = A.run(lambda: real.execute_model(o2))
+    seen["second_execute_model"] = second.text
+    if hasattr(real, "sample_tokens"):
+        clear, _ = A.run(lambda: real.sample_tokens(None))
+        seen["executor_sample_tokens_none"] = clear.text
+    if not second.ok:
+        # The runner never saw o2 (the guard raises first): send it again through the shim.
+        shimmed, _ = A.run(lambda: view.execute_model(o2))
+    else:
+        shimmed = second
+    sched.finish_requests([r2.request_id], done)
+    r3, o3 = _step(ctx, sched, 5)
+    again, _ = A.run(lambda: view.execute_model(o3))
+    sched.finish_requests([r3.request_id], done)
+    if first is None:
+        r4, o4 = _step(ctx, sched, 5)
+        real.execute_model(o4)
+        worker_level, _ = A.run(lambda: real.collective_rpc("sample_tokens", args=(None,)))
+        seen["worker_sample_tokens_none"] = worker_level.text
+        sched.finish_requests([r4.request_id], done)
+    seen["shimmed_steps"] = [shimmed.text, again.text]
+    return {"unshimmed": second, "shimmed": shimmed if not shimmed.ok else again, "seen": seen}
+
+
+def probe(ctx) -> Observation:
+    per_mode: dict = {}
+    results = []
+    for requested in (False, True):
+        gen = ctx.generator_for(async_scheduling=requested)
+        if gen is None:
+            per_mode[str(requested)] = ctx.unobservable_async(requested)
+            continue
+        r = observe(ctx, gen)
+        results.append(r)
+        per_mode[str(requested)] = r["seen"]
+    unshimmed = next((r["unshimmed"] for r in results if not r["unshimmed"].ok), results[0]["unshimmed"])
+    shimmed = next((r["shimmed"] for r in results if not r["shimmed"].ok), results[0]["shimmed"])
+    facts = {"by_async_scheduling": per_mode, "shim_selected": "engages when execute_model returns None"}
+    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else shimmed, facts)

@@ -1,0 +1,85 @@
+"""The executor as speculators sees it: the real `MultiprocExecutor`, behind a thin view.
+
+speculators calls `collective_rpc(..., unique_reply_rank=0)[0]` and `execute_model()` on its
+executor. vLLM calls the same methods on itself internally, so the two executor shims cannot be
+overrides on the executor class (vLLM's own `execute_model` relies on the single-reply
+`collective_rpc`). They live on this view, which speculators holds as `self.executor`; everything
+else is forwarded to the real executor untouched.
+
+The view also carries the harness's lifecycle guarantees: every RPC gets a timeout (a hung worker
+becomes a clear `WorkerTimeout`, not a hang), and `shutdown()` is idempotent.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+
+class WorkerTimeout(RuntimeError):
+    """A worker did not answer an RPC in time; the executor has been shut down."""
+
+
+def echo(worker: Any, value: Any) -> Any:
+    """RPC body used to learn how `collective_rpc` returns a single rank's reply (module level: picklable)."""
+    return value
+
+
+class ExecutorView:
+    def __init__(self, real: Any, *, rpc_shim: bool, twophase_shim: bool, rpc_timeout_s: float):
+        self.real = real
+        self.rpc_timeout_s = rpc_timeout_s
+        self.twophase_shim = twophase_shim
+        self.rpc_shim = rpc_shim
+        self.engaged: dict[str, int] = {"rpc": 0, "twophase": 0}
+        self._lock = threading.Lock()
+        self._closed = False
+        # Behavioural detection: ask rank 0 to echo a marker and look at what comes back.
+        reply = self._rpc(echo, args=("marker",), unique_reply_rank=0)
+        self.single_reply = reply == "marker"
+        self.reply_shape = "single" if self.single_reply else type(reply).__name__
+
+    # -- the two executor shims ---------------------------------------------------------------
+    def collective_rpc(self, method: Any, timeout: float | None = None, args: tuple = (), kwargs: dict | None = None,
+                       non_block: bool = False, unique_reply_rank: int | None = None, **extra: Any) -> Any:
+        out = self._rpc(method, timeout=timeout, args=args, kwargs=kwargs, non_block=non_block,
+                        unique_reply_rank=unique_reply_rank, **extra)
+        if unique_reply_rank is not None and self.rpc_shim and self.single_reply:
+            # C-rpc: speculators indexes `[0]`, written for the list-of-one reply of vLLM <= 0.11.0.
+            self.engaged["rpc"] += 1
+            return [out]
+        return out
+
+    def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        out = self.real.execute_model(scheduler_output, *args, **kwargs)
+        if out is None and self.twophase_shim and hasattr(self.real, "sample_tokens"):
+            # C-twophase: the runner parked its state and waits for sample_tokens(); speculators
+            # never calls it, so the next execute_model() would raise the state error.
+            self.engaged["twophase"] += 1
+            self.real.sample_tokens(None)
+        return out
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def _rpc(self, method: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+        try:
+            return self.real.collective_rpc(method, timeout=timeout or self.rpc_timeout_s, **kwargs)
+        except TimeoutError as exc:
+            name = method if isinstance(method, str) else getattr(method, "__name__", repr(method))
+            self.shutdown()
+            raise WorkerTimeout(
+                f"worker did not answer RPC {name!r} within {timeout or self.rpc_timeout_s:g} s; executor shut down"
+            ) from exc
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.real.shutdown()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self.real, item)

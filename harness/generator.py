@@ -1,0 +1,267 @@
+"""`patched_generator()`: speculators 0.3.0's `VllmHiddenStatesGenerator` through the harness's shims.
+
+The class that runs is speculators' own, rebound (see `namespace.rebind`) so that the vLLM names it
+looks up resolve to the shims that the installed vLLM needs. Which shims those are is decided by
+probing the installed vLLM (signatures, defaults, an echo RPC, the loaded model), never by its
+version string. Around it the harness adds what a user can rely on:
+
+* input checks with clear errors (missing model, bad layer ids, empty batch, token ids outside the
+  vocabulary, fewer GPUs than the tensor-parallel size);
+* over-long prompts are truncated as speculators does, but reported (warning + `truncated_from`);
+* every call's result is checked row for row against its token counts (`IncompleteExtraction`);
+* RPC timeouts (a hung worker becomes `WorkerTimeout`), and an executor that is always shut down:
+  on `close()`, on `with` exit, when construction fails half-way, and at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.contracts import driver_contracts
+from harness.contracts.kv_helpers import install_import_aliases
+from harness.executor_view import ExecutorView
+from harness.namespace import rebind
+
+WORKER_EXTENSION = "harness.worker.HarnessWorkerExtension"
+DEFAULT_RPC_TIMEOUT_S = float(os.environ.get("HARNESS_RPC_TIMEOUT_S", "600"))
+
+
+class HarnessInputError(ValueError):
+    """Bad input to the harness, said before anything starts."""
+
+
+class IncompleteExtraction(RuntimeError):
+    """A result has fewer (or more) hidden-state rows than its prompt has tokens."""
+
+
+class TruncationWarning(UserWarning):
+    """A prompt longer than max_model_len - 1 was cut (speculators cuts silently)."""
+
+
+@dataclass
+class ShimState:
+    """What the shims need to know about the generator they serve, filled in as it is built."""
+
+    vllm_config: Any = None
+    executors: list = field(default_factory=list)
+    disabled: frozenset = frozenset()
+    rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class Options:
+    """Run options that are not shims: they change what is run, for every vLLM alike."""
+
+    dtype: str | None = None  # None: speculators' "auto"
+    async_scheduling: bool | None = None  # None: vLLM decides
+
+
+def _speculators_module():
+    install_import_aliases()  # C-kvhelpers: where the helpers moved, speculators' import must still work
+    import speculators.data_generation.vllm_hidden_states_generator as module
+
+    return module
+
+
+def overrides(state: ShimState, options: Options = Options()) -> dict[str, Any]:
+    """The names speculators' generator module will see instead of its own globals."""
+    module = _speculators_module()
+    ns: dict[str, Any] = {}
+
+    def current(name: str) -> Any:
+        return ns.get(name, getattr(module, name))
+
+    for contract_module in driver_contracts():
+        if contract_module.CONTRACT.id not in state.disabled:
+            contract_module.apply(ns, current, state)
+
+    # Infrastructure (not shims): our worker extension, the executor view, config capture, options.
+    real_parallel, real_vllm_config = current("ParallelConfig"), current("VllmConfig")
+    real_model_config, real_sched_config = current("ModelConfig"), current("SchedulerConfig")
+    real_executor_cls = current("MultiprocExecutor")
+
+    def ParallelConfig(**kwargs):  # noqa: N802
+        kwargs["worker_extension_cls"] = WORKER_EXTENSION
+        return real_parallel(**kwargs)
+
+    def VllmConfig(**kwargs):  # noqa: N802
+        cfg = real_vllm_config(**kwargs)
+        state.vllm_config = cfg
+        return cfg
+
+    def ModelConfig(**kwargs):  # noqa: N802
+        if options.dtype:
+            kwargs["dtype"] = options.dtype
+        return real_model_config(**kwargs)
+
+    def SchedulerConfig(**kwargs):  # noqa: N802
+        if options.async_scheduling is not None:
+            kwargs["async_scheduling"] = options.async_scheduling
+        return real_sched_config(**kwargs)
+
+    def MultiprocExecutor(vllm_config):  # noqa: N802
+        real = real_executor_cls(vllm_config=vllm_config)
+        state.executors.append(real)
+        view = ExecutorView(real, rpc_shim="rpc" not in state.disabled,
+                            twophase_shim="twophase" not in state.disabled, rpc_timeout_s=state.rpc_timeout_s)
+        state.executors[-1] = view
+        view.collective_rpc("_harness_configure", args=(sorted(state.disabled),))
+        return view
+
+    ns.update(ParallelConfig=ParallelConfig, VllmConfig=VllmConfig, ModelConfig=ModelConfig,
+              SchedulerConfig=SchedulerConfig, MultiprocExecutor=MultiprocExecutor)
+    return ns
+
+
+def generator_class(state: ShimState, options: Options = Options()) -> type:
+    module = _speculators_module()
+    return rebind(module.VllmHiddenStatesGenerator, overrides(state, options), name="ShimmedVllmHiddenStatesGenerator")
+
+
+def _shutdown_all(state: ShimState) -> None:
+    for ex in state.executors:
+        try:
+            ex.shutdown()
+        except Exception:  # noqa: BLE001 - best effort at exit; the next one must still run
+            pass
+
+
+def read_model_config(model_path: str | os.PathLike) -> dict:
+    path = Path(model_path)
+    if not path.is_dir() or not (path / "config.json").is_file():
+        raise HarnessInputError(f"model path {str(path)!r} is not a local checkpoint folder with config.json")
+    return json.loads((path / "config.json").read_text())
+
+
+def text_config(cfg: dict) -> dict:
+    return cfg.get("text_config", cfg)
+
+
+class HarnessGenerator:
+    """speculators' generator, shimmed for the installed vLLM, with checks and a guaranteed shutdown."""
+
+    def __init__(self, model_path: str | os.PathLike, layer_ids: list[int] | None = None, *,
+                 max_model_len: int = 2048, gpu_memory_utilization: float = 0.8, tensor_parallel_size: int = 1,
+                 disable: set[str] | frozenset = frozenset(), options: Options = Options(),
+                 rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S):
+        cfg = text_config(read_model_config(model_path))
+        self.num_layers = int(cfg["num_hidden_layers"])
+        self.vocab_size = int(cfg["vocab_size"])
+        self.hidden_size = int(cfg["hidden_size"])
+        if layer_ids is not None:
+            bad = [i for i in layer_ids if not isinstance(i, int) or not 0 <= i < self.num_layers]
+            if bad or not layer_ids:
+                raise HarnessInputError(
+                    f"layer ids {bad or layer_ids} out of range: the model has {self.num_layers} decoder layers "
+                    f"(valid ids 0..{self.num_layers - 1})")
+        _check_devices(tensor_parallel_size)
+        self.state = ShimState(disabled=frozenset(disable), rpc_timeout_s=rpc_timeout_s)
+        self._finalizer = weakref.finalize(self, _shutdown_all, self.state)
+        atexit.register(self._finalizer)
+        cls = generator_class(self.state, options)
+        try:
+            self.spec = cls(str(model_path), layer_ids, max_model_len, gpu_memory_utilization, tensor_parallel_size)
+        except BaseException:
+            self.close()
+            raise
+        self.layer_ids = list(self.spec.layer_ids)
+        self.max_model_len = int(self.spec.vllm_config.model_config.max_model_len)
+
+    # -- the objects the contracts probe ----------------------------------------------------------
+    @property
+    def executor_view(self) -> ExecutorView:
+        return self.spec.executor
+
+    @property
+    def real_executor(self):
+        return self.spec.executor.real
+
+    @property
+    def scheduler(self):
+        return self.spec.scheduler
+
+    @property
+    def vllm_config(self):
+        return self.spec.vllm_config
+
+    def engaged_shims(self) -> dict[str, Any]:
+        worker = self.real_executor.collective_rpc("_harness_engaged_shims")[0]
+        return {**worker, **{k: v for k, v in self.executor_view.engaged.items()}}
+
+    # -- extraction -------------------------------------------------------------------------------
+    def generate(self, token_ids: list[list[int]]) -> list[dict]:
+        prompts = self._checked(token_ids)
+        limit = self.max_model_len - 1
+        results = self.spec.generate(prompts)
+        # speculators captures each distinct layer once, in stack order (a set in the worker); give the
+        # user one tensor per requested id, in the order requested.
+        order = sorted(set(self.layer_ids))
+        for prompt, result in zip(prompts, results):
+            n = min(len(prompt), limit)
+            captured = result["hidden_states"]
+            if len(captured) != len(order):
+                raise IncompleteExtraction(f"captured {len(captured)} layers, expected {len(order)} ({order})")
+            result["hidden_states"] = [captured[order.index(k)] for k in self.layer_ids]
+            rows = [int(h.shape[0]) for h in result["hidden_states"]]
+            if any(r != n for r in rows):
+                raise IncompleteExtraction(
+                    f"request of {n} tokens came back with {rows} rows per layer (prefix caching? reordering?)")
+            if len(prompt) > limit:
+                result["truncated_from"] = len(prompt)
+        return results
+
+    def _checked(self, token_ids) -> list[list[int]]:
+        if hasattr(token_ids, "tolist"):
+            token_ids = token_ids.tolist()
+        if not token_ids:
+            raise HarnessInputError("empty batch: pass at least one prompt")
+        prompts = [list(map(int, p.tolist() if hasattr(p, "tolist") else p)) for p in token_ids]
+        for i, p in enumerate(prompts):
+            if not p:
+                raise HarnessInputError(f"prompt {i} is empty")
+            bad = [t for t in p if not 0 <= t < self.vocab_size]
+            if bad:
+                raise HarnessInputError(
+                    f"prompt {i} has token ids outside the vocabulary [0, {self.vocab_size}): {bad[:5]}")
+            if len(p) > self.max_model_len - 1:
+                warnings.warn(
+                    f"prompt {i} has {len(p)} tokens; max_model_len={self.max_model_len} leaves room for "
+                    f"{self.max_model_len - 1}: it is truncated (as speculators does) and reported as truncated_from",
+                    TruncationWarning, stacklevel=3)
+        return prompts
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> "HarnessGenerator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _check_devices(tensor_parallel_size: int) -> None:
+    if tensor_parallel_size < 1:
+        raise HarnessInputError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
+    from vllm.platforms import current_platform
+
+    if current_platform.device_type == "cuda":
+        import torch
+
+        have = torch.cuda.device_count()
+        if have < tensor_parallel_size:
+            raise HarnessInputError(f"tensor_parallel_size={tensor_parallel_size} needs {tensor_parallel_size} GPUs; "
+                                    f"this machine has {have}")
+
+
+def patched_generator(model_path, layer_ids=None, **kwargs) -> HarnessGenerator:
+    """The one entry point: speculators' generator for `model_path`, made to work on the installed vLLM."""
+    return HarnessGenerator(model_path, layer_ids, **kwargs)

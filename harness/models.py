@@ -1,0 +1,302 @@
+"""Tiny checkpoints, generated offline and deterministically from `fixtures/models/*.json`.
+
+Nothing is downloaded. Every weight is drawn from its own seeded generator (seed = the fixture's
+seed + CRC32 of the tensor name), so a checkpoint depends only on the fixture file: not on the
+installed transformers, not on the order tensors are created in. The weight names are written out
+here per architecture, in the layout real checkpoints use (per-expert MoE weights, as DeepSeek-V3
+and Kimi-K2.5 ship them), so the same files load in vLLM and in transformers 4.x and 5.x.
+
+Checkpoints are cached under `cache_dir()` keyed by a hash of the fixture and of this generator's
+version; a build goes to a temporary folder that is renamed into place, so an interrupted build
+never leaves a half-written model behind.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.paths import FIXTURES, REPO_ROOT
+
+MODELS_FIXTURES = FIXTURES / "models"
+#: Bump when the weight layout or the init rule changes: it is part of the cache key.
+GENERATOR_VERSION = 4
+
+
+@dataclass(frozen=True)
+class TinyModel:
+    name: str
+    path: Path
+    family: str
+    hf_config: dict
+    fingerprint: str
+
+    @property
+    def text_config(self) -> dict:
+        """The decoder's config: the wrapper's `text_config` for multimodal wrappers."""
+        return self.hf_config.get("text_config", self.hf_config)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.text_config["num_hidden_layers"])
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.text_config["hidden_size"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.text_config["vocab_size"])
+
+    @property
+    def architecture(self) -> str:
+        return self.hf_config["architectures"][0]
+
+
+def cache_dir() -> Path:
+    """Where generated checkpoints live (`HARNESS_CACHE_DIR`, else `<repo>/.cache/models`)."""
+    return Path(os.environ.get("HARNESS_CACHE_DIR", REPO_ROOT / ".cache" / "models"))
+
+
+def fixture_names() -> list[str]:
+    return sorted(p.stem for p in MODELS_FIXTURES.glob("*.json"))
+
+
+def load_fixture(name: str) -> dict:
+    path = MODELS_FIXTURES / f"{name}.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no tiny-model fixture {name!r} in {MODELS_FIXTURES} (have: {', '.join(fixture_names())})"
+        )
+    return json.loads(path.read_text())
+
+
+def _fixture_key(fixture: dict) -> str:
+    blob = json.dumps(fixture, sort_keys=True).encode() + f"gen{GENERATOR_VERSION}".encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------------------------------------
+# Weight layouts, written out per architecture.
+# Each entry: (name, shape, kind) with kind in {"linear", "embed", "norm", "bias"}.
+# ---------------------------------------------------------------------------------------------
+
+
+def _llama_weights(c: dict, prefix: str = "") -> list[tuple[str, tuple[int, ...], str]]:
+    h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    hd = c.get("head_dim") or h // c["num_attention_heads"]
+    nq, nkv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    out = [(f"{prefix}model.embed_tokens.weight", (v, h), "embed")]
+    for n in range(c["num_hidden_layers"]):
+        p = f"{prefix}model.layers.{n}."
+        out += [
+            (p + "input_layernorm.weight", (h,), "norm"),
+            (p + "post_attention_layernorm.weight", (h,), "norm"),
+            (p + "self_attn.q_proj.weight", (nq, h), "linear"),
+            (p + "self_attn.k_proj.weight", (nkv, h), "linear"),
+            (p + "self_attn.v_proj.weight", (nkv, h), "linear"),
+            (p + "self_attn.o_proj.weight", (h, nq), "linear"),
+            (p + "mlp.gate_proj.weight", (i, h), "linear"),
+            (p + "mlp.up_proj.weight", (i, h), "linear"),
+            (p + "mlp.down_proj.weight", (h, i), "linear"),
+        ]
+    out += [(f"{prefix}model.norm.weight", (h,), "norm"), (f"{prefix}lm_head.weight", (v, h), "linear")]
+    return out
+
+
+def _mlp(p: str, h: int, i: int) -> list[tuple[str, tuple[int, ...], str]]:
+    return [
+        (p + "gate_proj.weight", (i, h), "linear"),
+        (p + "up_proj.weight", (i, h), "linear"),
+        (p + "down_proj.weight", (h, i), "linear"),
+    ]
+
+
+def _deepseek_v3_weights(c: dict, prefix: str = "") -> list[tuple[str, tuple[int, ...], str]]:
+    h, v, nh = c["hidden_size"], c["vocab_size"], c["num_attention_heads"]
+    nope, rope, vd, kvl = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"], c["kv_lora_rank"]
+    ql = c.get("q_lora_rank")
+    out = [(f"{prefix}model.embed_tokens.weight", (v, h), "embed")]
+    for n in range(c["num_hidden_layers"]):
+        p = f"{prefix}model.layers.{n}."
+        a = p + "self_attn."
+        out += [(p + "input_layernorm.weight", (h,), "norm"), (p + "post_attention_layernorm.weight", (h,), "norm")]
+        if ql:
+            out += [
+                (a + "q_a_proj.weight", (ql, h), "linear"),
+                (a + "q_a_layernorm.weight", (ql,), "norm"),
+                (a + "q_b_proj.weight", (nh * (nope + rope), ql), "linear"),
+            ]
+        else:
+            out += [(a + "q_proj.weight", (nh * (nope + rope), h), "linear")]
+        out += [
+            (a + "kv_a_proj_with_mqa.weight", (kvl + rope, h), "linear"),
+            (a + "kv_a_layernorm.weight", (kvl,), "norm"),
+            (a + "kv_b_proj.weight", (nh * (nope + vd), kvl), "linear"),
+            (a + "o_proj.weight", (h, nh * vd), "linear"),
+        ]
+        if n < c["first_k_dense_replace"]:
+            out += _mlp(p + "mlp.", h, c["intermediate_size"])
+            continue
+        mi, ne = c["moe_intermediate_size"], c["n_routed_experts"]
+        out += [(p + "mlp.gate.weight", (ne, h), "linear"), (p + "mlp.gate.e_score_correction_bias", (ne,), "bias")]
+        for e in range(ne):
+            out += _mlp(p + f"mlp.experts.{e}.", h, mi)
+        if c.get("n_shared_experts"):
+            out += _mlp(p + "mlp.shared_experts.", h, mi * c["n_shared_experts"])
+    out += [(f"{prefix}model.norm.weight", (h,), "norm"), (f"{prefix}lm_head.weight", (v, h), "linear")]
+    return out
+
+
+def _kimi_k25_weights(c: dict) -> list[tuple[str, tuple[int, ...], str]]:
+    """Kimi-K2.5 checkpoints name the text stack `language_model.model.*` and `language_model.lm_head`."""
+    text = _deepseek_v3_weights(c["text_config"], prefix="language_model.")
+    vc = c["vision_config"]
+    vh, vi, pk = vc["hidden_size"], vc["intermediate_size"], vc["patch_size"]
+    vis: list[tuple[str, tuple[int, ...], str]] = [
+        ("vision_tower.patch_embed.proj.weight", (vh, 3, pk, pk), "linear"),
+        ("vision_tower.patch_embed.proj.bias", (vh,), "bias"),
+        ("vision_tower.patch_embed.pos_emb.weight",
+         (vc["init_pos_emb_height"], vc["init_pos_emb_width"], vh), "embed"),
+    ]
+    for n in range(vc["num_hidden_layers"]):
+        p = f"vision_tower.encoder.blocks.{n}."
+        vis += [
+            (p + "norm0.weight", (vh,), "norm"), (p + "norm0.bias", (vh,), "bias"),
+            (p + "norm1.weight", (vh,), "norm"), (p + "norm1.bias", (vh,), "bias"),
+            (p + "wqkv.weight", (3 * vh, vh), "linear"), (p + "wqkv.bias", (3 * vh,), "bias"),
+            (p + "wo.weight", (vh, vh), "linear"), (p + "wo.bias", (vh,), "bias"),
+            (p + "mlp.fc0.weight", (vi, vh), "linear"), (p + "mlp.fc0.bias", (vi,), "bias"),
+            (p + "mlp.fc1.weight", (vh, vi), "linear"), (p + "mlp.fc1.bias", (vh,), "bias"),
+        ]
+    mk = vc["merge_kernel_size"]
+    merged = vh * mk[0] * mk[1]
+    th = c["text_config"]["hidden_size"]
+    vis += [
+        ("vision_tower.encoder.final_layernorm.weight", (vh,), "norm"),
+        ("vision_tower.encoder.final_layernorm.bias", (vh,), "bias"),
+        ("mm_projector.pre_norm.weight", (vh,), "norm"),
+        ("mm_projector.pre_norm.bias", (vh,), "bias"),
+        ("mm_projector.proj.0.weight", (merged, merged), "linear"),
+        ("mm_projector.proj.0.bias", (merged,), "bias"),
+        ("mm_projector.proj.2.weight", (th, merged), "linear"),
+        ("mm_projector.proj.2.bias", (th,), "bias"),
+    ]
+    return text + vis
+
+
+LAYOUTS = {"llama": _llama_weights, "deepseek_v3": _deepseek_v3_weights, "kimi_k25": _kimi_k25_weights}
+
+
+def weight_layout(family: str, hf_config: dict) -> list[tuple[str, tuple[int, ...], str]]:
+    try:
+        return LAYOUTS[family](hf_config)
+    except KeyError:
+        raise ValueError(f"unknown tiny-model family {family!r} (have: {', '.join(LAYOUTS)})") from None
+
+
+def _draw(name: str, shape: tuple[int, ...], kind: str, seed: int):
+    import torch
+
+    g = torch.Generator().manual_seed(seed + zlib.crc32(name.encode()))
+    x = torch.randn(shape, generator=g, dtype=torch.float32)
+    if kind == "norm":
+        return 1.0 + 0.1 * x
+    if kind == "bias":
+        return 0.01 * x
+    if kind == "embed":
+        return 0.5 * x
+    fan_in = 1
+    for d in shape[1:]:
+        fan_in *= d
+    scale = fan_in**-0.5
+    if name.endswith(("o_proj.weight", "down_proj.weight")):
+        # Projections back into the residual stream are scaled down (as GPT-2's init does), so the
+        # residual grows slowly and hidden states stay O(1) through the stack, like a trained model's.
+        scale *= 0.25
+    return x * scale
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer: byte-level, no merges, so it needs no training data and is identical everywhere.
+# ---------------------------------------------------------------------------------------------
+
+SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]
+
+
+def _write_tokenizer(dest: Path, model_max_length: int) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + alphabet)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        model_max_length=model_max_length,
+    )
+    fast.save_pretrained(str(dest))
+
+
+def _build_into(dest: Path, fixture: dict) -> str:
+    import torch
+    from safetensors.torch import save_file
+
+    cfg = copy.deepcopy(fixture["hf_config"])
+    layout = weight_layout(fixture["family"], cfg)
+    tensors = {name: _draw(name, shape, kind, fixture["seed"]).contiguous() for name, shape, kind in layout}
+    save_file(tensors, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    (dest / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    text = cfg.get("text_config", cfg)
+    gen = {"bos_token_id": text.get("bos_token_id", 1), "eos_token_id": text.get("eos_token_id", 2)}
+    (dest / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+    _write_tokenizer(dest, int(text.get("max_position_embeddings", 2048)))
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        digest.update(name.encode())
+        digest.update(tensors[name].numpy().tobytes())
+    del torch
+    return digest.hexdigest()
+
+
+def build(name: str, root: Path | None = None, fixture: dict | None = None) -> TinyModel:
+    """Return the tiny checkpoint `name`, generating it on first use (atomic, cached).
+
+    `fixture` replaces the committed fixture file (used to derive variants, e.g. the GPU tier's).
+    """
+    fixture = fixture if fixture is not None else load_fixture(name)
+    root = Path(root) if root is not None else cache_dir()
+    final = root / f"{name}-{_fixture_key(fixture)}"
+    marker = final / "harness-model.json"
+    if not marker.is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+        try:
+            fp = _build_into(tmp, fixture)
+            (tmp / "harness-model.json").write_text(
+                json.dumps({"fixture": name, "fingerprint": fp, "generator": GENERATOR_VERSION}, indent=2) + "\n"
+            )
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                # Another process finished the same build first; its result is identical.
+                if not marker.is_file():
+                    raise
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    meta = json.loads(marker.read_text())
+    return TinyModel(name, final, fixture["family"], fixture["hf_config"], meta["fingerprint"])

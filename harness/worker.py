@@ -1,0 +1,91 @@
+"""The worker extension the harness gives vLLM: speculators' own, with the worker-side shims.
+
+vLLM mixes `ParallelConfig.worker_extension_cls` into each worker. Ours subclasses speculators'
+`HiddenStatesWorkerExtension` and only changes `_setup_hidden_states_capture`: it runs
+speculators' method (rebound so that C-eagle3's shim stands in for `supports_eagle3`) between the
+C-kimistack alias (before) and the C-embed alias (after). Which shims run is decided here, on the
+real loaded model, by looking at it; a disabled set sent by the driver turns shims off for proofs.
+"""
+
+from __future__ import annotations
+
+import time
+
+from speculators.data_generation.custom_worker import HiddenStatesWorkerExtension
+
+from harness.contracts import eagle3, embed, kimi_stack
+from harness.contracts.base import Attempt
+from harness.namespace import rebind
+
+WORKER_SHIMS = (kimi_stack.CONTRACT.id, eagle3.CONTRACT.id, embed.CONTRACT.id)
+
+_SPECULATORS_AS_SHIPPED = HiddenStatesWorkerExtension
+_SPECULATORS_EAGLE3_SHIM = rebind(HiddenStatesWorkerExtension, {"supports_eagle3": eagle3.accepting})
+
+
+def decoder_stack(model):
+    """The module holding the decoder layers (model.model, or Kimi-K2.5's language model stack)."""
+    path = kimi_stack.stack_path(model)
+    if path is None:
+        raise AttributeError(f"{type(model).__name__} has no decoder stack with .layers")
+    obj = model
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def setup_capture(worker, layer_ids, disabled: frozenset) -> dict:
+    """speculators' capture set-up with the worker shims not in `disabled`; returns which ones engaged."""
+    from vllm.model_executor.models.interfaces import supports_eagle3
+
+    model = worker.model_runner.model
+    engaged = {}
+    if kimi_stack.CONTRACT.id not in disabled:
+        engaged[kimi_stack.CONTRACT.id] = kimi_stack.apply_worker(model)
+    use_eagle3_shim = eagle3.CONTRACT.id not in disabled
+    spec_cls = _SPECULATORS_EAGLE3_SHIM if use_eagle3_shim else _SPECULATORS_AS_SHIPPED
+    engaged[eagle3.CONTRACT.id] = use_eagle3_shim and not supports_eagle3(model)
+    spec_cls._setup_hidden_states_capture(worker, layer_ids)
+    if embed.CONTRACT.id not in disabled:
+        engaged[embed.CONTRACT.id] = embed.apply_worker(model.model)
+    worker._harness_engaged = engaged
+    return engaged
+
+
+def setup_attempts(worker, layer_ids, contract_id: str) -> dict:
+    """speculators' set-up without `contract_id`'s shim, then with the worker's configured shims."""
+    model = worker.model_runner.model
+    if contract_id == kimi_stack.CONTRACT.id:
+        model.__dict__.pop("model", None)
+    unshimmed, _ = Attempt.run(lambda: setup_capture(worker, layer_ids, frozenset({contract_id})))
+    shimmed, _ = Attempt.run(lambda: setup_capture(worker, layer_ids, worker._harness_disabled))
+    return {"unshimmed": unshimmed, "shimmed": shimmed}
+
+
+class HarnessWorkerExtension(HiddenStatesWorkerExtension):
+    _harness_disabled: frozenset = frozenset()
+    _harness_engaged: dict = {}
+    _harness_hang: tuple | None = None
+
+    def _harness_configure(self, disabled) -> None:
+        self._harness_disabled = frozenset(disabled)
+
+    def _setup_hidden_states_capture(self, layer_ids: list[int]):
+        setup_capture(self, layer_ids, self._harness_disabled)
+
+    def _harness_engaged_shims(self) -> dict:
+        return dict(self._harness_engaged)
+
+    def _harness_hang_next(self, method: str, seconds: float) -> None:
+        """Test hook: make the next call of `method` on this worker sleep (a hung worker, on demand)."""
+        self._harness_hang = (method, seconds)
+
+    def _maybe_hang(self, method: str) -> None:
+        if self._harness_hang and self._harness_hang[0] == method:
+            seconds = self._harness_hang[1]
+            self._harness_hang = None
+            time.sleep(seconds)
+
+    def _reset_capture(self):
+        self._maybe_hang("_reset_capture")
+        return super()._reset_capture()
