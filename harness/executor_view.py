@@ -32,6 +32,7 @@ class ExecutorView:
         self.twophase_shim = twophase_shim
         self.rpc_shim = rpc_shim
         self.engaged: dict[str, int] = {"rpc": 0, "twophase": 0}
+        self.steps = 0  # execute_model() calls made by speculators (scheduler steps)
         self._lock = threading.Lock()
         self._closed = False
         # Behavioural detection: ask rank 0 to echo a marker and look at what comes back.
@@ -52,6 +53,7 @@ class ExecutorView:
 
     def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         out = self.real.execute_model(scheduler_output, *args, **kwargs)
+        self.steps += 1
         if out is None and self.twophase_shim and hasattr(self.real, "sample_tokens"):
             # C-twophase: the runner parked its state and waits for sample_tokens(); speculators
             # never calls it, so the next execute_model() would raise the state error.

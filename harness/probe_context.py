@@ -111,6 +111,8 @@ class ProbeContext:
 
         ns: dict = {}
         scheduler.apply(ns, lambda name: ns.get(name, Scheduler), None)
+        if vllm_config.cache_config.num_gpu_blocks is None:  # speculators sets it from its KV-cache plan
+            vllm_config.cache_config.num_gpu_blocks = self.kv_cache_config.num_blocks
         return ns.get("Scheduler", Scheduler)(vllm_config=vllm_config, kv_cache_config=self.kv_cache_config,
                                               structured_output_manager=StructuredOutputManager(vllm_config=vllm_config))
 

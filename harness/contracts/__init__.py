@@ -10,10 +10,12 @@ from importlib import import_module
 
 MODULES = (
     "scheduler_config", "memory", "kv_helpers", "scheduler", "request", "prefix_cache",
-    "rpc", "twophase", "kimi_stack", "eagle3", "embed", "layers",
+    "rpc", "twophase", "mla", "kimi_stack", "eagle3", "embed", "layers",
 )
-#: Contracts probed once per vLLM; the others once per model architecture.
-PER_MODEL = ("kimistack", "eagle3", "embed", "layer")
+#: Contracts probed once per model architecture (key "id[family]"); the others once per vLLM.
+PER_MODEL = ("mla", "kimistack", "eagle3", "embed", "layer")
+#: The tiny models the CPU conformance run uses.
+E2E_MODELS = ("tiny-llama", "tiny-deepseek-v3")
 
 
 def modules() -> list:
@@ -27,3 +29,16 @@ def driver_contracts() -> list:
 
 def by_id() -> dict:
     return {m.CONTRACT.id: m for m in modules()}
+
+
+def ids() -> list[str]:
+    return [m.CONTRACT.id for m in modules()]
+
+
+def global_ids() -> list[str]:
+    return [i for i in ids() if i not in PER_MODEL]
+
+
+def keys(families: list[str] | tuple[str, ...]) -> list[str]:
+    """Every contract key a run over these model families observes."""
+    return global_ids() + [f"{i}[{f}]" for f in families for i in PER_MODEL]

@@ -36,6 +36,16 @@ def summarize(text: str, limit: int = 500) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+def short_path(filename: str) -> str:
+    """A traceback file name without the machine-specific prefix (site-packages/ or the repo root)."""
+    from harness.paths import REPO_ROOT
+
+    if "site-packages/" in filename:
+        return filename.split("site-packages/")[-1]
+    root = str(REPO_ROOT) + "/"
+    return filename[len(root):] if filename.startswith(root) else filename
+
+
 @dataclass
 class Attempt:
     """One call into the installed vLLM: did it work, and if not, what did it raise."""
@@ -53,7 +63,7 @@ class Attempt:
             value = fn()
         except Exception as exc:  # noqa: BLE001 - the exception is the observation
             tb = traceback.extract_tb(exc.__traceback__)
-            where = f"{tb[-1].filename.split('site-packages/')[-1]}:{tb[-1].lineno}" if tb else ""
+            where = f"{short_path(tb[-1].filename)}:{tb[-1].lineno}" if tb else ""
             message = summarize(str(exc)) or repr(exc)
             return cls(False, type(exc).__name__, message, {"raised_at": where}, time.perf_counter() - t0), None
         return cls(True, seconds=time.perf_counter() - t0), value

@@ -44,6 +44,26 @@ def _selector_values(text_config: dict) -> dict:
             "has_sink": False, "use_sparse": False, "use_mm_prefix": False}
 
 
+SELECTOR_MODULES = ("vllm.v1.attention.selector", "vllm.attention.selector")
+
+
+def _resolve(fn, annotation):
+    """A string annotation (postponed evaluation) resolved to the class it names, where it can be found."""
+    if not isinstance(annotation, str):
+        return annotation
+    import importlib
+    import sys
+
+    for module in (getattr(fn, "__module__", ""), *SELECTOR_MODULES):
+        try:
+            mod = sys.modules.get(module) or importlib.import_module(module)
+        except ImportError:
+            continue
+        if hasattr(mod, annotation):
+            return getattr(mod, annotation)
+    return annotation
+
+
 def select_mla_backend(text_config: dict) -> str:
     """Ask the installed platform for an MLA attention backend; returns its path or raises what it raises."""
     from vllm.platforms import current_platform
@@ -52,10 +72,11 @@ def select_mla_backend(text_config: dict) -> str:
     values = _selector_values(text_config)
     kwargs = {}
     for name, param in inspect.signature(fn).parameters.items():
+        annotation = _resolve(fn, param.annotation)
         if name in values:
             kwargs[name] = values[name]
-        elif hasattr(param.annotation, "_fields"):  # e.g. AttentionSelectorConfig (a NamedTuple)
-            kwargs[name] = param.annotation(**{f: values[f] for f in param.annotation._fields if f in values})
+        elif hasattr(annotation, "_fields"):  # e.g. AttentionSelectorConfig (a NamedTuple)
+            kwargs[name] = annotation(**{f: values[f] for f in annotation._fields if f in values})
         elif param.default is inspect.Parameter.empty:
             raise LookupError(f"cannot call {fn.__qualname__}{inspect.signature(fn)}: unknown parameter {name!r}")
     return str(fn(**kwargs))
@@ -71,3 +92,23 @@ def probe(subject: str, text_config: dict, started_with_env: bool, start_attempt
     if unshimmed.ok and started_with_env:
         unshimmed = Attempt.failed("RuntimeError", "selector offers MLA, but the executor did not start with it")
     return Observation(CONTRACT, unshimmed, None if unshimmed.ok else start_attempt, facts, subject=subject)
+
+
+_PREPARED: dict[str, bool] = {}
+
+
+def prepare(model) -> bool:
+    """Before starting `model` here: ask the platform whether its MLA runs; if not, set VLLM_MLA_DISABLE.
+
+    Returns whether MLA was disabled. Decided once per process and model (the variable is inherited
+    by every executor started afterwards).
+    """
+    if model.name not in _PREPARED:
+        disable = False
+        if is_mla(model.text_config):
+            chosen, _ = Attempt.run(lambda: select_mla_backend(model.text_config))
+            disable = CONTRACT.documented(chosen)
+            if disable:
+                apply_env()
+        _PREPARED[model.name] = disable
+    return _PREPARED[model.name]

@@ -17,6 +17,10 @@ import inspect
 
 from harness.contracts.base import Attempt, Contract, Observation
 
+#: Shims also left out in both arms of the proof: the block-hash requirement only bites with prefix
+#: caching on (vLLM's default), so C-prefixcache's shim must be off for this shim to be exercised.
+PROOF_CONTEXT = frozenset({"prefixcache"})
+
 CONTRACT = Contract(
     id="request",
     assumes="Request(request_id=, prompt_token_ids=, sampling_params=, pooling_params=, eos_token_id=, "
@@ -59,15 +63,26 @@ def _hash_fn_by_name():
     raise ImportError("get_hash_fn_by_name not found in vllm.utils.hashing or vllm.utils")
 
 
+_HASHERS: dict[tuple, object] = {}
+
+
 def block_hasher_for(vllm_config):
-    """vLLM's request block hasher for this config, built the way EngineCore builds it."""
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    """vLLM's request block hasher for this config, built the way EngineCore builds it.
+
+    `init_none_hash` seeds the chain of block hashes (randomly, unless PYTHONHASHSEED is set), so it
+    runs once per process: re-running it would make every later request hash differently.
+    """
+    from vllm.v1.core import kv_cache_utils
 
     from harness.contracts.scheduler import block_size_of
 
-    hash_fn = _hash_fn_by_name()(vllm_config.cache_config.prefix_caching_hash_algo)
-    init_none_hash(hash_fn)
-    return get_request_block_hasher(block_size_of(vllm_config), hash_fn)
+    key = (block_size_of(vllm_config), vllm_config.cache_config.prefix_caching_hash_algo)
+    if key not in _HASHERS:
+        hash_fn = _hash_fn_by_name()(key[1])
+        if getattr(kv_cache_utils, "NONE_HASH", None) is None:
+            kv_cache_utils.init_none_hash(hash_fn)
+        _HASHERS[key] = kv_cache_utils.get_request_block_hasher(key[0], hash_fn)
+    return _HASHERS[key]
 
 
 def apply(ns: dict, current, state=None) -> None:
@@ -75,16 +90,13 @@ def apply(ns: dict, current, state=None) -> None:
         return
     real = current("Request")
     accepted = set(_params())
-    hashers: dict[int, object] = {}
 
     def Request(**kwargs):  # noqa: N802
         if "eos_token_id" not in accepted:
             kwargs.pop("eos_token_id", None)
         cfg = getattr(state, "vllm_config", None)
         if "block_hasher" in accepted and cfg is not None and cfg.cache_config.enable_prefix_caching:
-            if id(cfg) not in hashers:
-                hashers[id(cfg)] = block_hasher_for(cfg)
-            kwargs.setdefault("block_hasher", hashers[id(cfg)])
+            kwargs.setdefault("block_hasher", block_hasher_for(cfg))
         return real(**kwargs)
 
     ns["Request"] = Request

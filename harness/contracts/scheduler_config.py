@@ -46,6 +46,6 @@ def probe(ctx) -> Observation:
     facts = {"shim_selected": needed(), "speculators_keywords": ctx.keywords("SchedulerConfig")}
     if cfg is not None:
         sc = cfg.scheduler_config
-        facts.update(max_model_len=sc.max_model_len, async_scheduling=sc.async_scheduling,
+        facts.update(max_model_len=cfg.model_config.max_model_len, async_scheduling=sc.async_scheduling,
                      max_num_batched_tokens=sc.max_num_batched_tokens)
     return Observation(CONTRACT, unshimmed, None if unshimmed.ok else shimmed, facts)

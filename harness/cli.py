@@ -1,0 +1,85 @@
+"""`python -m harness {run,expectations,surface,...}`: thin commands over the library that tox also uses.
+
+Exit codes: 0 ok, 1 the run found a failure, 2 the command could not run (bad input, vLLM missing,
+no expectations for the installed vLLM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from harness.paths import REPO_ROOT
+
+CPU_SUITES = ("suites/contracts", "suites/e2e", "suites/bad_input")
+
+
+def _fail(message: str) -> int:
+    print(f"harness: {message}", file=sys.stderr)
+    return 2
+
+
+def cmd_expectations(args) -> int:
+    from harness import expectations, versions
+
+    try:
+        ver = versions.vllm_version()
+        path, table = expectations.load(ver, versions.device_type())
+    except (versions.VllmNotInstalled, expectations.NoExpectations) as e:
+        return _fail(str(e))
+    print(f"# {path}")
+    for key, e in sorted(table.items()):
+        print(f"{key:28s} {e.outcome.value:8s} {e.reason}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    """The conformance run for the installed vLLM: contracts, shim proofs, e2e, bad input; writes reports/<env>.*."""
+    from harness import versions
+
+    try:
+        versions.vllm_distribution()
+    except versions.VllmNotInstalled as e:
+        return _fail(str(e))
+    rc = cmd_expectations(argparse.Namespace()) if not args.skip_expectation_check else 0
+    if rc:
+        return rc
+    import pytest
+
+    argv = [str(REPO_ROOT / s) for s in (args.suites or CPU_SUITES)]
+    argv += ["--harness-env", args.env, "-p", "no:cacheprovider", *args.pytest_args]
+    return int(pytest.main(argv))
+
+
+def cmd_surface(args) -> int:
+    from harness import surface
+
+    data = surface.dump(Path(args.out)) if args.out else {m: surface.parse(m).to_json() for m in surface.CLIENT_MODULES}
+    if not args.out:
+        print(json.dumps(data, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="the conformance run for the installed vLLM (writes reports/<env>.json/.md)")
+    r.add_argument("--env", default=os.environ.get("HARNESS_ENV", "local"))
+    r.add_argument("--suite", dest="suites", action="append", help="suite folder(s); default: the CPU suites")
+    r.add_argument("--skip-expectation-check", action="store_true", help=argparse.SUPPRESS)
+    r.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    r.set_defaults(fn=cmd_run)
+    e = sub.add_parser("expectations", help="print the expectations for the installed vLLM")
+    e.set_defaults(fn=cmd_expectations)
+    s = sub.add_parser("surface", help="speculators' used vLLM surface, from its installed source (AST)")
+    s.add_argument("--out")
+    s.set_defaults(fn=cmd_surface)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)

@@ -1,0 +1,70 @@
+"""Per-vLLM expectations: what each contract should show, with a one-line reason. Data only.
+
+One TOML file per vLLM version and platform in `fixtures/expectations/` (`vllm-0.16.0-cpu.toml`).
+Strict: an observed outcome that differs, a contract without an entry, and an entry for a contract
+the suite does not have all fail the run. The file is found by the installed version; a version
+without a file is an error that says which files exist (a nightly is not silently treated as the
+release it follows).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.contracts.base import Outcome
+from harness.paths import FIXTURES
+
+OUTCOMES = {o.value for o in Outcome}
+
+
+class NoExpectations(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class Expectation:
+    key: str
+    outcome: Outcome
+    reason: str
+
+
+def directory() -> Path:
+    return Path(os.environ.get("HARNESS_EXPECTATIONS_DIR", FIXTURES / "expectations"))
+
+
+def file_for(vllm_version: str, device_type: str, base: Path | None = None) -> Path:
+    return (base or directory()) / f"vllm-{vllm_version}-{device_type}.toml"
+
+
+def available(base: Path | None = None) -> list[str]:
+    return sorted(p.stem for p in (base or directory()).glob("vllm-*.toml"))
+
+
+def load_file(path: Path) -> dict[str, Expectation]:
+    data = tomllib.loads(Path(path).read_text())
+    out = {}
+    for key, entry in data.get("contracts", {}).items():
+        if entry.get("outcome") not in OUTCOMES:
+            raise ValueError(f"{path}: {key}: outcome {entry.get('outcome')!r} is not one of {sorted(OUTCOMES)}")
+        if not entry.get("reason"):
+            raise ValueError(f"{path}: {key}: every expectation needs a reason")
+        out[key] = Expectation(key, Outcome(entry["outcome"]), entry["reason"])
+    return out
+
+
+def load(vllm_version: str, device_type: str, base: Path | None = None) -> tuple[Path, dict[str, Expectation]]:
+    path = file_for(vllm_version, device_type, base)
+    if not path.is_file():
+        have = ", ".join(available(base)) or "none"
+        raise NoExpectations(
+            f"no expectations for vLLM {vllm_version} on {device_type}: {path.name} does not exist in "
+            f"{path.parent} (have: {have}). Add one (see README, 'Adding a vLLM version') before trusting a run.")
+    return path, load_file(path)
+
+
+def stale(expected: dict[str, Expectation], defined: set[str]) -> list[str]:
+    """Entries for contracts the suite does not define."""
+    return sorted(set(expected) - defined)

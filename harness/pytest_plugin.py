@@ -1,0 +1,226 @@
+"""The suites' pytest plugin: environment defaults, observation recording, leak checks, the env report.
+
+Tests attach what they observed to their report (`user_properties`), so the report is assembled in
+the controlling process whether or not pytest-xdist runs the tests elsewhere. At the end of the
+session the plugin checks the expectations for staleness and writes `reports/<env>.{json,md}`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.paths import REPORTS
+
+# Offline and small: no hub lookups, a 1 GiB KV cache on CPU (vLLM would otherwise reserve half the RAM).
+for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+               "TOKENIZERS_PARALLELISM": "false", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}.items():
+    os.environ.setdefault(_k, _v)
+
+OBS, E2E, META, NOTE = "harness.observation", "harness.e2e", "harness.meta", "harness.note"
+IGNORED_CHILDREN = ("multiprocessing.resource_tracker", "resource_tracker")
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("harness")
+    g.addoption("--harness-env", default=os.environ.get("HARNESS_ENV", "local"), help="env name for reports/<env>.json")
+    g.addoption("--harness-report-dir", default=str(REPORTS), help="where the env report goes")
+    g.addoption("--harness-no-report", action="store_true", help="do not write reports/<env>.*")
+
+
+# -- recording ------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def harness_meta() -> dict:
+    from harness import versions
+
+    return versions.snapshot()
+
+
+@pytest.fixture(scope="session")
+def expectations(harness_meta):
+    from harness import expectations as exp
+
+    path, table = exp.load(harness_meta["vllm"], harness_meta["device_type"])
+    return {"path": str(path.name), "table": table}
+
+
+@pytest.fixture
+def record_observation(request, expectations, harness_meta):
+    def record(obs) -> None:
+        data = obs.to_json()
+        exp = expectations["table"].get(obs.key)
+        data["expected"] = str(exp.outcome) if exp else None
+        data["expected_reason"] = exp.reason if exp else None
+        data["expectations_file"] = expectations["path"]
+        request.node.user_properties.append((OBS, data))
+        request.node.user_properties.append((META, harness_meta))
+    return record
+
+
+@pytest.fixture
+def record_e2e(request):
+    def record(model: str, check: str, result: str, measured: str = "", **values) -> None:
+        request.node.user_properties.append(
+            (E2E, {"model": model, "check": check, "result": result, "measured": measured, **values}))
+    return record
+
+
+@pytest.fixture
+def record_note(request):
+    def record(text: str) -> None:
+        request.node.user_properties.append((NOTE, text))
+    return record
+
+
+def check_expected(obs, expectations) -> None:
+    """Strict: the observed outcome must be the expected one, and an expectation must exist."""
+    exp = expectations["table"].get(obs.key)
+    if exp is None:
+        pytest.fail(f"{obs.key}: no expectation in {expectations['path']}; observed {obs.outcome} ({obs.reason})")
+    assert obs.outcome == exp.outcome, (
+        f"{obs.key}: expected {exp.outcome} ({exp.reason}); observed {obs.outcome}: {obs.reason}")
+    selected = obs.facts.get("shim_selected")
+    if isinstance(selected, bool):
+        assert selected == (obs.outcome.value == "shimmed"), (
+            f"{obs.key}: the harness's probing selects the shim={selected}, but the contract is {obs.outcome}")
+
+
+# -- no worker outlives a test --------------------------------------------------------------------
+def _children() -> dict[int, str]:
+    import psutil
+
+    out = {}
+    for p in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(p.cmdline())
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and not any(i in cmd for i in IGNORED_CHILDREN):
+                out[p.pid] = cmd[:120]
+        except psutil.Error:
+            continue
+    return out
+
+
+def _reap(pids) -> None:
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.Error:
+            continue
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+
+
+#: Processes of session-scoped generators, which outlive single tests by design (closed at session end).
+SESSION_PROCESSES: set[int] = set()
+
+
+def adopt_session_processes() -> None:
+    """Call right after starting a session-scoped generator: its workers are not a leak of the test."""
+    SESSION_PROCESSES.update(_children())
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_workers():
+    """Fails a test that leaves a process it started alive (session-scoped generators excepted)."""
+    before = set(_children()) | SESSION_PROCESSES
+    yield
+    deadline = time.monotonic() + 15  # a shut-down executor's workers take a moment to exit
+    left = {}
+    while time.monotonic() < deadline:
+        left = {pid: cmd for pid, cmd in _children().items() if pid not in before and pid not in SESSION_PROCESSES}
+        if not left:
+            return
+        time.sleep(0.5)
+    _reap(left)
+    pytest.fail(f"processes started by this test are still alive after it: {left}")
+
+
+# -- collecting and writing the env report ---------------------------------------------------------
+class _Collector:
+    def __init__(self):
+        self.observations: dict[str, dict] = {}
+        self.e2e: list[dict] = []
+        self.meta: dict = {}
+        self.notes: list[str] = []
+        self.tiers: dict[str, dict] = {}
+        self.tests = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
+        self.started = time.time()
+
+
+_COLLECTOR = _Collector()
+
+
+def _tier(nodeid: str) -> str:
+    parts = nodeid.split("::")[0].split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "suites" else parts[0]
+
+
+def pytest_runtest_logreport(report):
+    """Runs in the controlling process for every phase of every test (xdist forwards reports)."""
+    col = _COLLECTOR
+    t = col.tiers.setdefault(_tier(report.nodeid), {"tests": 0, "passed": 0, "failed": 0, "skipped": 0, "wall_s": 0.0})
+    t["wall_s"] += getattr(report, "duration", 0.0)
+    if report.when == "call":
+        for name, value in report.user_properties:
+            if name == OBS:
+                col.observations[value["contract"]] = value
+            elif name == E2E:
+                col.e2e.append(value)
+            elif name == META:
+                col.meta = value
+            elif name == NOTE and value not in col.notes:
+                col.notes.append(value)
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        outcome = report.outcome if report.when == "call" or report.skipped else "error"
+        t["tests"] += 1
+        col.tests[outcome] += 1
+        t["failed" if outcome == "error" else outcome] += 1
+    elif report.when == "teardown" and report.failed:
+        col.tests["error"] += 1
+        t["failed"] += 1
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller writes the report
+        return
+    col = _COLLECTOR
+    if config.getoption("--harness-no-report") or not (col.observations or col.e2e):
+        return
+    from harness import contracts, expectations as exp
+    from harness.models import load_fixture
+    from harness.report import build, write
+
+    families = [load_fixture(m)["family"] for m in contracts.E2E_MODELS]
+    defined = set(contracts.keys(families))
+    stale, exp_file = [], None
+    if col.meta:
+        try:
+            path, table = exp.load(col.meta["vllm"], col.meta["device_type"])
+            exp_file, stale = path.name, exp.stale(table, defined)
+        except exp.NoExpectations as e:
+            col.notes.append(str(e))
+    tiers = {k: v for k, v in col.tiers.items() if v["tests"]}
+    col.tests["wall_s"] = round(time.time() - col.started, 1)
+    not_observed = sorted(defined - set(col.observations)) if "contracts" in tiers else []
+    rep = build(config.getoption("--harness-env"), col.meta, list(col.observations.values()), col.e2e, tiers,
+                col.tests, stale, not_observed, exp_file, col.notes)
+    j, m = write(rep, Path(config.getoption("--harness-report-dir")))
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr:
+        tr.write_line(f"harness: report written to {j} and {m} (status {rep['status']})")
+    if stale:
+        if tr:
+            tr.write_line(f"harness: STALE expectations (no such contract in this suite): {stale}", red=True)
+        session.exitstatus = 1

@@ -1,0 +1,71 @@
+"""Shared fixtures: the tiny models, and one shimmed generator per model for the whole session.
+
+Starting an executor (a worker process and a model load) is what costs time on CPU, so probes,
+end-to-end checks and bad-input tests share one generator per model; tests that must break a
+generator (shim proofs, the hung worker) start their own and always close it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from harness.pytest_plugin import adopt_session_processes
+
+pytest_plugins = ["harness.pytest_plugin"]
+
+#: Layer ids of the shared generators: unordered on purpose, first/last layers and a MoE layer included.
+SHARED_LAYERS = {"tiny-llama": [5, 1, 3], "tiny-deepseek-v3": [3, 0, 1]}
+
+
+@dataclass
+class ModelRun:
+    model: object
+    generator: object
+    ctx: object
+    mla: object  # the C-mla observation made while starting
+
+
+def _start(name: str) -> ModelRun:
+    from harness import models
+    from harness.contracts import mla
+    from harness.contracts.base import Attempt
+    from harness.generator import HarnessGenerator, Options
+    from harness.probe_context import MAX_MODEL_LEN, ProbeContext
+
+    model = models.build(name)
+    tc = model.text_config
+    with_env = mla.prepare(model)
+    start, gen = Attempt.run(lambda: HarnessGenerator(model.path, SHARED_LAYERS[name], max_model_len=MAX_MODEL_LEN,
+                                                      options=Options(dtype="float32")))
+    if not start.ok:
+        raise RuntimeError(f"the shimmed generator did not start on {name}: {start.text}")
+    return ModelRun(model, gen, ProbeContext(model, gen), mla.probe(model.family, tc, with_env, start))
+
+
+@pytest.fixture(scope="session")
+def runs():
+    """`runs(name)`: the session's shared ModelRun for a tiny model, started on first use."""
+    started: dict[str, ModelRun] = {}
+
+    def get(name: str) -> ModelRun:
+        if name not in started:
+            started[name] = _start(name)
+            adopt_session_processes()
+        return started[name]
+
+    yield get
+    for run in started.values():
+        run.ctx.close()
+        run.generator.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist (--dist loadgroup) keep the tests of one shared generator on one worker."""
+    for item in items:
+        uses = item.fixturenames
+        if "runs" not in uses and "run" not in uses:
+            continue
+        name = getattr(item, "callspec", None) and (item.callspec.params.get("name") or item.callspec.params.get("run"))
+        item.add_marker(pytest.mark.xdist_group(name or "tiny-llama"))

@@ -1,0 +1,35 @@
+"""Every contract, probed against the installed vLLM and held to fixtures/expectations (strict)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import contracts
+from harness.pytest_plugin import check_expected
+
+MODEL_CONTRACTS = [c for c in contracts.PER_MODEL if c != "mla"]
+
+
+@pytest.mark.parametrize("cid", contracts.global_ids())
+def test_contract(cid, runs, record_observation, expectations):
+    obs = contracts.by_id()[cid].probe(runs("tiny-llama").ctx)
+    record_observation(obs)
+    check_expected(obs, expectations)
+
+
+@pytest.mark.parametrize("name", contracts.E2E_MODELS)
+@pytest.mark.parametrize("cid", MODEL_CONTRACTS)
+def test_model_contract(cid, name, runs, record_observation, expectations):
+    obs = contracts.by_id()[cid].probe(runs(name).ctx)
+    record_observation(obs)
+    check_expected(obs, expectations)
+
+
+@pytest.mark.parametrize("name", contracts.E2E_MODELS)
+def test_mla_platform(name, runs, record_observation, expectations, record_note):
+    obs = runs(name).mla
+    record_observation(obs)
+    if obs.facts.get("ran_with_VLLM_MLA_DISABLE"):
+        record_note(f"{name}: MLA cannot run on this platform ({obs.unshimmed.text}); the run uses "
+                    "VLLM_MLA_DISABLE=1 (MLA expanded to multi-head attention over the same weights)")
+    check_expected(obs, expectations)
