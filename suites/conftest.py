@@ -11,8 +11,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from harness.pytest_plugin import adopt_session_processes
-
 pytest_plugins = ["harness.pytest_plugin"]
 
 #: Layer ids of the shared generators: unordered on purpose, first/last layers and a MoE layer included.
@@ -47,6 +45,8 @@ def _start(name: str) -> ModelRun:
 @pytest.fixture(scope="session")
 def runs():
     """`runs(name)`: the session's shared ModelRun for a tiny model, started on first use."""
+    from harness.pytest_plugin import adopt_session_processes
+
     started: dict[str, ModelRun] = {}
 
     def get(name: str) -> ModelRun:

@@ -1,0 +1,1 @@
+"""The harness's own tests. They run without vLLM (tox env `unit`)."""

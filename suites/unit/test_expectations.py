@@ -1,0 +1,44 @@
+"""Expectation files: valid, strict, and loud about what is missing or stale."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import contracts, expectations
+from harness.contracts.base import Outcome
+from harness.models import load_fixture
+
+
+def _families():
+    return [load_fixture(m)["family"] for m in contracts.E2E_MODELS]
+
+
+@pytest.mark.parametrize("stem", expectations.available())
+def test_every_file_is_valid_and_complete(stem):
+    table = expectations.load_file(expectations.directory() / f"{stem}.toml")
+    defined = set(contracts.keys(_families()))
+    if stem.endswith("-cpu"):
+        assert set(table) == defined, f"missing: {sorted(defined - set(table))}; stale: {sorted(set(table) - defined)}"
+    assert all(e.reason for e in table.values())
+
+
+def test_missing_version_names_what_exists(tmp_path):
+    (tmp_path / "vllm-0.16.0-cpu.toml").write_text("[contracts]\n")
+    with pytest.raises(expectations.NoExpectations, match=r"no expectations for vLLM 0.16.1.dev3 on cpu.*have: vllm-0.16.0-cpu"):
+        expectations.load("0.16.1.dev3", "cpu", base=tmp_path)
+
+
+def test_bad_outcome_and_missing_reason_are_refused(tmp_path):
+    bad = tmp_path / "vllm-1-cpu.toml"
+    bad.write_text('[contracts]\nsched = { outcome = "fine", reason = "x" }\n')
+    with pytest.raises(ValueError, match="is not one of"):
+        expectations.load_file(bad)
+    bad.write_text('[contracts]\nsched = { outcome = "native", reason = "" }\n')
+    with pytest.raises(ValueError, match="needs a reason"):
+        expectations.load_file(bad)
+
+
+def test_stale_entries_are_found():
+    table = {"sched": expectations.Expectation("sched", Outcome.NATIVE, "r"),
+             "gone": expectations.Expectation("gone", Outcome.NATIVE, "r")}
+    assert expectations.stale(table, {"sched"}) == ["gone"]

@@ -1,0 +1,39 @@
+"""Rebinding runs the same code with some names replaced, leaving the original untouched."""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+
+import pytest
+
+from harness.namespace import TorchProxy, rebind, rebind_function
+
+
+def test_rebind_replaces_globals_in_the_subclass_only():
+    class Codec:
+        def dump(self, obj):
+            return json.dumps(obj)
+
+    # `json` is a global of this test module: the rebound subclass sees a replacement.
+    fake = types.SimpleNamespace(dumps=lambda obj: "replaced")
+    Sub = rebind(Codec, {"json": fake})
+    assert Sub().dump([1]) == "replaced" and Codec().dump([1]) == "[1]"
+    assert issubclass(Sub, Codec) and Sub.dump.__code__ is Codec.dump.__code__
+
+
+def test_rebind_refuses_names_the_module_does_not_have():
+    class C:
+        pass
+
+    with pytest.raises(KeyError, match="no_such_global"):
+        rebind(C, {"no_such_global": 1})
+
+
+def test_rebind_function_and_proxy():
+    def area(r):
+        return math.pi * r * r
+
+    assert rebind_function(area, {"math": TorchProxy(math, pi=3)})(1) == 3
+    assert area(1) == math.pi

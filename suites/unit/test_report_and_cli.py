@@ -1,0 +1,33 @@
+"""Reports are written atomically; the CLI says clearly when it cannot run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from harness import report
+
+
+def test_write_atomic_replaces_and_leaves_no_temp(tmp_path):
+    target = tmp_path / "r.json"
+    report.write_atomic(target, "one")
+    report.write_atomic(target, "two")
+    assert target.read_text() == "two" and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_markdown_marks_mismatches(tmp_path):
+    c = {"contract": "sched", "outcome": "broken", "expected": "shimmed", "shim": None, "reason": "r",
+         "unshimmed": {"ok": False, "error": "TypeError: x"}}
+    rep = report.build("e", {"vllm": "0.16.0"}, [c], [], {}, {"failed": 0}, [], [], "f.toml", [])
+    assert rep["status"] == "fail" and rep["mismatched"] == ["sched"]
+    j, m = report.write(rep, tmp_path)
+    assert "**MISMATCH**" in m.read_text() and json.loads(j.read_text())["schema"] == report.SCHEMA
+
+
+def test_run_without_vllm_exits_2_with_a_clear_message():
+    out = subprocess.run([sys.executable, "-m", "harness", "run"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ})
+    assert out.returncode == 2
+    assert "vLLM is not installed in this environment" in out.stderr

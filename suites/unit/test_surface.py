@@ -1,0 +1,25 @@
+"""speculators' used vLLM surface is read from its installed source, not typed by hand."""
+
+from __future__ import annotations
+
+from harness import surface
+
+
+def test_generator_calls_read_from_source():
+    s = surface.surface(surface.GENERATOR_MODULE)
+    assert s.keywords_of("Scheduler") == ["vllm_config", "kv_cache_config", "structured_output_manager"]
+    assert "eos_token_id" in s.keywords_of("Request") and "block_hasher" not in s.keywords_of("Request")
+    assert "kv_cache_specs" in s.keywords_of("get_kv_cache_config_from_groups")
+    assert s.imports["Scheduler"] == "vllm.v1.core.sched.scheduler:Scheduler"
+    assert "_get_captured_states" in s.rpc_methods
+
+
+def test_worker_surface():
+    s = surface.surface(surface.WORKER_MODULE)
+    assert s.imports["supports_eagle3"] == "vllm.model_executor.models.interfaces:supports_eagle3"
+    assert "self.get_input_embeddings" in s.attributes and "model.model" in s.attributes
+
+
+def test_parse_from_text():
+    s = surface.parse("m", "from vllm.x import A\nA(b=1, c=2)\nself.executor.collective_rpc('go', unique_reply_rank=0)\n")
+    assert s.keywords_of("A") == ["b", "c"] and s.rpc_methods == ["go"] and s.imports == {"A": "vllm.x:A"}
