@@ -54,6 +54,41 @@ def cmd_run(args) -> int:
     return int(pytest.main(argv))
 
 
+def _exit_now(rc: int) -> None:
+    """Leave without interpreter finalization: a vLLM object collected at exit can block forever."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
+
+
+def cmd_gpu_nightly(args) -> int:
+    """The GPU tier with a dated report; exit 1 if a test fails or the hidden states drifted since the last night."""
+    import pytest
+
+    from harness import gpu_tier
+
+    argv = [str(REPO_ROOT / "suites" / "gpu"), "-m", "gpu", "-p", "no:cacheprovider", "--harness-env", args.env,
+            "--model-path", args.model_path, "--tp", str(args.tp), "--dtype", args.dtype,
+            "--gpu-report-dir", args.report_dir]
+    for flag, value in (("--layer-ids", args.layer_ids), ("--attention-backend", args.attention_backend),
+                        ("--prompts", args.prompts), ("--gpu-memory-utilization", args.gpu_memory_utilization)):
+        if value is not None:
+            argv += [flag, str(value)]
+    rc = int(pytest.main(argv + list(args.pytest_args)))
+    name = gpu_tier.report_name(Path(args.model_path).name, args.tp, args.dtype)
+    report = Path(args.report_dir) / f"{gpu_tier.today()}-{name}.json"
+    if report.is_file():
+        drift = json.loads(report.read_text())["drift"]
+        print(f"harness: {report}: drift vs {drift['compared_with'] or 'nothing'}: "
+              + ("DRIFT: " + "; ".join(drift["changes"]) if drift["drifted"] else "none"))
+        if drift["drifted"] and rc == 0:
+            rc = 1
+    elif rc == 0:
+        print(f"harness: no report was written ({report}); the tier did not run", file=sys.stderr)
+        rc = 2
+    return rc
+
+
 def cmd_surface(args) -> int:
     from harness import surface
 
@@ -77,9 +112,27 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("surface", help="speculators' used vLLM surface, from its installed source (AST)")
     s.add_argument("--out")
     s.set_defaults(fn=cmd_surface)
+    n = sub.add_parser("gpu-nightly", help="the GPU tier (-m gpu) with a dated report and drift check")
+    n.add_argument("--model-path", required=True)
+    n.add_argument("--tp", type=int, default=8)
+    n.add_argument("--dtype", default="bfloat16")
+    n.add_argument("--layer-ids")
+    n.add_argument("--attention-backend")
+    n.add_argument("--prompts")
+    n.add_argument("--gpu-memory-utilization", type=float)
+    n.add_argument("--report-dir", default=str(REPO_ROOT / "reports" / "gpu"))
+    n.add_argument("--env", default=os.environ.get("HARNESS_ENV", "gpu-nightly"))
+    n.add_argument("pytest_args", nargs="*")
+    n.set_defaults(fn=cmd_gpu_nightly)
+    from harness.gate.cli import add_parser as add_gate
+
+    add_gate(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.fn(args)
+    rc = args.fn(args)
+    if args.command in ("run", "gpu-nightly"):
+        _exit_now(rc)
+    return rc

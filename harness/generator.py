@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.contracts import driver_contracts
 from harness.contracts.kv_helpers import install_import_aliases
+from harness.contracts.speculators_import import apply_import
 from harness.executor_view import ExecutorView
 from harness.namespace import rebind
 
@@ -61,9 +62,20 @@ class Options:
 
     dtype: str | None = None  # None: speculators' "auto"
     async_scheduling: bool | None = None  # None: vLLM decides
+    #: Multimodal targets (Kimi-K2.5): build the language model only. Extraction is text-only, and the
+    #: vision tower's processor is remote code that a text-only run need not load.
+    language_model_only: bool = False
+    #: Attention backend name (e.g. TRITON_ATTN, TRITON_MLA), where the platform's default cannot run.
+    attention_backend: str | None = None
+
+
+def options_for(model, **overrides) -> Options:
+    """The Options a tiny model's fixture asks for (`run_options`), with `overrides` on top."""
+    return Options(**{**(model.run_options or {}), **overrides})
 
 
 def _speculators_module():
+    apply_import()  # C-import: transformers 5 annotations need `torch` where pydantic evaluates them
     install_import_aliases()  # C-kvhelpers: where the helpers moved, speculators' import must still work
     import speculators.data_generation.vllm_hidden_states_generator as module
 
@@ -92,6 +104,8 @@ def overrides(state: ShimState, options: Options = Options()) -> dict[str, Any]:
         return real_parallel(**kwargs)
 
     def VllmConfig(**kwargs):  # noqa: N802
+        if options.attention_backend:
+            kwargs.update(attention_backend_kwargs(options.attention_backend))
         cfg = real_vllm_config(**kwargs)
         state.vllm_config = cfg
         return cfg
@@ -99,6 +113,8 @@ def overrides(state: ShimState, options: Options = Options()) -> dict[str, Any]:
     def ModelConfig(**kwargs):  # noqa: N802
         if options.dtype:
             kwargs["dtype"] = options.dtype
+        if options.language_model_only:
+            kwargs.update(text_only_kwargs(real_model_config))
         return real_model_config(**kwargs)
 
     def SchedulerConfig(**kwargs):  # noqa: N802
@@ -115,9 +131,39 @@ def overrides(state: ShimState, options: Options = Options()) -> dict[str, Any]:
         view.collective_rpc("_harness_configure", args=(sorted(state.disabled),))
         return view
 
+    real_tokenizer = current("AutoTokenizer")
+
+    class AutoTokenizer:  # noqa: N801
+        """speculators trusts remote code for AutoConfig and vLLM but not here; Kimi-K2.5's tokenizer is remote code."""
+
+        @staticmethod
+        def from_pretrained(path, **kwargs):
+            kwargs.setdefault("trust_remote_code", True)
+            return real_tokenizer.from_pretrained(path, **kwargs)
+
     ns.update(ParallelConfig=ParallelConfig, VllmConfig=VllmConfig, ModelConfig=ModelConfig,
-              SchedulerConfig=SchedulerConfig, MultiprocExecutor=MultiprocExecutor)
+              SchedulerConfig=SchedulerConfig, MultiprocExecutor=MultiprocExecutor, AutoTokenizer=AutoTokenizer)
     return ns
+
+
+def text_only_kwargs(model_config_cls) -> dict:
+    """ModelConfig keywords that skip a multimodal model's encoders, in the form this vLLM takes."""
+    import inspect
+
+    params = inspect.signature(model_config_cls).parameters
+    if "language_model_only" in params:
+        return {"language_model_only": True}
+    return {"limit_mm_per_prompt": {"image": 0, "video": 0, "vision_chunk": 0}}
+
+
+def attention_backend_kwargs(name: str) -> dict:
+    """VllmConfig keywords choosing the attention backend (0.20: AttentionConfig; before: an env var)."""
+    try:
+        from vllm.config import AttentionConfig
+    except ImportError:
+        os.environ["VLLM_ATTENTION_BACKEND"] = name
+        return {}
+    return {"attention_config": AttentionConfig(backend=name)}
 
 
 def generator_class(state: ShimState, options: Options = Options()) -> type:

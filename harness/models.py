@@ -27,7 +27,7 @@ from harness.paths import FIXTURES, REPO_ROOT
 
 MODELS_FIXTURES = FIXTURES / "models"
 #: Bump when the weight layout or the init rule changes: it is part of the cache key.
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 7
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class TinyModel:
     family: str
     hf_config: dict
     fingerprint: str
+    run_options: dict = None  # harness.generator.Options fields this model needs (e.g. language_model_only)
 
     @property
     def text_config(self) -> dict:
@@ -156,40 +157,8 @@ def _deepseek_v3_weights(c: dict, prefix: str = "") -> list[tuple[str, tuple[int
 
 
 def _kimi_k25_weights(c: dict) -> list[tuple[str, tuple[int, ...], str]]:
-    """Kimi-K2.5 checkpoints name the text stack `language_model.model.*` and `language_model.lm_head`."""
-    text = _deepseek_v3_weights(c["text_config"], prefix="language_model.")
-    vc = c["vision_config"]
-    vh, vi, pk = vc["hidden_size"], vc["intermediate_size"], vc["patch_size"]
-    vis: list[tuple[str, tuple[int, ...], str]] = [
-        ("vision_tower.patch_embed.proj.weight", (vh, 3, pk, pk), "linear"),
-        ("vision_tower.patch_embed.proj.bias", (vh,), "bias"),
-        ("vision_tower.patch_embed.pos_emb.weight",
-         (vc["init_pos_emb_height"], vc["init_pos_emb_width"], vh), "embed"),
-    ]
-    for n in range(vc["num_hidden_layers"]):
-        p = f"vision_tower.encoder.blocks.{n}."
-        vis += [
-            (p + "norm0.weight", (vh,), "norm"), (p + "norm0.bias", (vh,), "bias"),
-            (p + "norm1.weight", (vh,), "norm"), (p + "norm1.bias", (vh,), "bias"),
-            (p + "wqkv.weight", (3 * vh, vh), "linear"), (p + "wqkv.bias", (3 * vh,), "bias"),
-            (p + "wo.weight", (vh, vh), "linear"), (p + "wo.bias", (vh,), "bias"),
-            (p + "mlp.fc0.weight", (vi, vh), "linear"), (p + "mlp.fc0.bias", (vi,), "bias"),
-            (p + "mlp.fc1.weight", (vh, vi), "linear"), (p + "mlp.fc1.bias", (vh,), "bias"),
-        ]
-    mk = vc["merge_kernel_size"]
-    merged = vh * mk[0] * mk[1]
-    th = c["text_config"]["hidden_size"]
-    vis += [
-        ("vision_tower.encoder.final_layernorm.weight", (vh,), "norm"),
-        ("vision_tower.encoder.final_layernorm.bias", (vh,), "bias"),
-        ("mm_projector.pre_norm.weight", (vh,), "norm"),
-        ("mm_projector.pre_norm.bias", (vh,), "bias"),
-        ("mm_projector.proj.0.weight", (merged, merged), "linear"),
-        ("mm_projector.proj.0.bias", (merged,), "bias"),
-        ("mm_projector.proj.2.weight", (th, merged), "linear"),
-        ("mm_projector.proj.2.bias", (th,), "bias"),
-    ]
-    return text + vis
+    """Kimi-K2.5 names its text stack `language_model.model.*` and `language_model.lm_head`. Text only."""
+    return _deepseek_v3_weights(c["text_config"], prefix="language_model.")
 
 
 LAYOUTS = {"llama": _llama_weights, "deepseek_v3": _deepseek_v3_weights, "kimi_k25": _kimi_k25_weights}
@@ -224,6 +193,52 @@ def _draw(name: str, shape: tuple[int, ...], kind: str, seed: int):
     return x * scale
 
 
+#: The config class a Kimi-K2.5 checkpoint ships for transformers (auto_map): ours, minimal. vLLM uses
+#: its own KimiK25Config; speculators reads this one through AutoConfig(trust_remote_code=True).
+KIMI_K25_CONFIG_CODE = '''"""Minimal Kimi-K2.5 config for transformers (written by the harness's tiny-model generator)."""
+from transformers import DeepseekV3Config, PretrainedConfig
+
+
+class KimiK25Config(PretrainedConfig):
+    model_type = "kimi_k25"
+
+    def __init__(self, text_config=None, vision_config=None, media_placeholder_token_id=0, **kwargs):
+        if isinstance(text_config, dict) or text_config is None:
+            text_config = DeepseekV3Config(**{k: v for k, v in (text_config or {}).items() if k != "model_type"})
+        self.text_config = text_config
+        self.vision_config = dict(vision_config or {})
+        self.media_placeholder_token_id = media_placeholder_token_id
+        super().__init__(**kwargs)
+'''
+
+
+#: vLLM's Kimi-K2.5 processing info loads the checkpoint's image processor (remote code in real
+#: checkpoints) even for text-only runs, and reads two attributes of it. tiny-Kimi is text-only: its
+#: processor has those attributes and refuses media.
+KIMI_K25_IMAGE_PROCESSOR_CODE = '''"""Text-only stand-in for Kimi-K2.5's image processor (written by the harness's tiny-model generator)."""
+from transformers.image_processing_utils import BaseImageProcessor
+
+
+class KimiK25ImageProcessor(BaseImageProcessor):
+    model_input_names = ["pixel_values", "grid_thws"]
+
+    def __init__(self, num_frames_per_chunk=4, **kwargs):
+        super().__init__(**kwargs)
+        self.num_frames_per_chunk = num_frames_per_chunk
+
+    def media_tokens_calculator(self, *args, **kwargs):
+        raise NotImplementedError("tiny-Kimi is a text-only checkpoint: it has no vision weights")
+
+    def preprocess(self, *args, **kwargs):
+        raise NotImplementedError("tiny-Kimi is a text-only checkpoint: it has no vision weights")
+'''
+KIMI_K25_PREPROCESSOR = {
+    "image_processor_type": "KimiK25ImageProcessor",
+    "auto_map": {"AutoImageProcessor": "image_processing_kimi_k25.KimiK25ImageProcessor"},
+    "num_frames_per_chunk": 4,
+}
+
+
 # ---------------------------------------------------------------------------------------------
 # Tokenizer: byte-level, no merges, so it needs no training data and is identical everywhere.
 # ---------------------------------------------------------------------------------------------
@@ -232,23 +247,23 @@ SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]
 
 
 def _write_tokenizer(dest: Path, model_max_length: int) -> None:
+    """tokenizer.json from `tokenizers` plus a hand-written tokenizer_config.json naming
+    PreTrainedTokenizerFast: transformers' own save_pretrained writes class names that differ between
+    4.x and 5.x, and the cached checkpoint is shared by envs of both."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + alphabet)}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<pad>",
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        model_max_length=model_max_length,
-    )
-    fast.save_pretrained(str(dest))
+    tok.add_special_tokens(SPECIAL_TOKENS)
+    tok.save(str(dest / "tokenizer.json"))
+    special = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model_max_length,
+              "clean_up_tokenization_spaces": False, **special}
+    (dest / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    (dest / "special_tokens_map.json").write_text(json.dumps(special, indent=2, sort_keys=True) + "\n")
 
 
 def _build_into(dest: Path, fixture: dict) -> str:
@@ -264,6 +279,10 @@ def _build_into(dest: Path, fixture: dict) -> str:
     gen = {"bos_token_id": text.get("bos_token_id", 1), "eos_token_id": text.get("eos_token_id", 2)}
     (dest / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
     _write_tokenizer(dest, int(text.get("max_position_embeddings", 2048)))
+    if cfg.get("model_type") == "kimi_k25":
+        (dest / "configuration_kimi_k25.py").write_text(KIMI_K25_CONFIG_CODE)
+        (dest / "image_processing_kimi_k25.py").write_text(KIMI_K25_IMAGE_PROCESSOR_CODE)
+        (dest / "preprocessor_config.json").write_text(json.dumps(KIMI_K25_PREPROCESSOR, indent=2) + "\n")
     digest = hashlib.sha256()
     for name in sorted(tensors):
         digest.update(name.encode())
@@ -299,4 +318,5 @@ def build(name: str, root: Path | None = None, fixture: dict | None = None) -> T
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     meta = json.loads(marker.read_text())
-    return TinyModel(name, final, fixture["family"], fixture["hf_config"], meta["fingerprint"])
+    return TinyModel(name, final, fixture["family"], fixture["hf_config"], meta["fingerprint"],
+                     dict(fixture.get("run_options", {})))

@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from harness import surface
-from harness.generator import HarnessGenerator, Options, ShimState, generator_class
+from harness.generator import HarnessGenerator, ShimState, generator_class, options_for
 from harness.models import TinyModel
 
 MAX_MODEL_LEN = 512
@@ -70,7 +70,7 @@ class ProbeContext:
 
     def speculators_vllm_config(self, disable: set[str] = frozenset(), **options: Any):
         """The VllmConfig speculators' `_create_vllm_config` builds, with the given shims left out."""
-        cls = generator_class(ShimState(disabled=frozenset(disable)), Options(**options))
+        cls = generator_class(ShimState(disabled=frozenset(disable)), options_for(self.model, **options))
         return cls._create_vllm_config(None, model_path=str(self.model.path), max_model_len=self.max_model_len,
                                        gpu_memory_utilization=0.8, tensor_parallel_size=1)
 
@@ -136,7 +136,7 @@ class ProbeContext:
         if async_scheduling not in self._extra:
             self._extra[async_scheduling] = HarnessGenerator(
                 self.model.path, self.layer_ids, max_model_len=self.max_model_len,
-                options=Options(async_scheduling=async_scheduling))
+                options=options_for(self.model, async_scheduling=async_scheduling))
         return self._extra[async_scheduling]
 
     def unobservable_async(self, requested: bool) -> str:

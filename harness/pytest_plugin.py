@@ -16,8 +16,11 @@ import pytest
 
 from harness.paths import REPORTS
 
-# Offline and small: no hub lookups, a 1 GiB KV cache on CPU (vLLM would otherwise reserve half the RAM).
+# Offline and small: no hub lookups, a 1 GiB KV cache on CPU (vLLM would otherwise reserve half the RAM),
+# and idle workers that sleep instead of spinning on their message queue (several shared generators
+# wait idle while one works: spinning ones take the CPU it needs).
 for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+               "VLLM_SLEEP_WHEN_IDLE": "1",
                "TOKENIZERS_PARALLELISM": "false", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}.items():
     os.environ.setdefault(_k, _v)
 
@@ -30,6 +33,15 @@ def pytest_addoption(parser):
     g.addoption("--harness-env", default=os.environ.get("HARNESS_ENV", "local"), help="env name for reports/<env>.json")
     g.addoption("--harness-report-dir", default=str(REPORTS), help="where the env report goes")
     g.addoption("--harness-no-report", action="store_true", help="do not write reports/<env>.*")
+    gpu = parser.getgroup("harness GPU tier (-m gpu)")
+    gpu.addoption("--model-path", help="checkpoint folder (env HARNESS_GPU_MODEL_PATH)")
+    gpu.addoption("--tp", type=int, help="tensor_parallel_size (env HARNESS_GPU_TP, default 8)")
+    gpu.addoption("--layer-ids", help="comma-separated layer ids (env HARNESS_GPU_LAYER_IDS; default: speculators' choice)")
+    gpu.addoption("--dtype", help="bfloat16 | float16 | float32 (env HARNESS_GPU_DTYPE, default bfloat16)")
+    gpu.addoption("--prompts", help="prompt set JSON (env HARNESS_GPU_PROMPTS; default fixtures/prompts/gpu-prompts.json)")
+    gpu.addoption("--gpu-report-dir", help="where the dated report goes (env HARNESS_GPU_REPORT_DIR; default reports/gpu)")
+    gpu.addoption("--attention-backend", help="e.g. TRITON_MLA (env HARNESS_GPU_ATTENTION_BACKEND; default vLLM's)")
+    gpu.addoption("--gpu-memory-utilization", type=float, help="(env HARNESS_GPU_MEMORY_UTILIZATION; default 0.8)")
 
 
 # -- recording ------------------------------------------------------------------------------------
@@ -192,6 +204,9 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    from harness.executor_view import release_zmq_contexts
+
+    release_zmq_contexts()  # every generator is closed by now; see the function for why
     config = session.config
     if hasattr(config, "workerinput"):  # an xdist worker: the controller writes the report
         return
@@ -224,3 +239,33 @@ def pytest_sessionfinish(session, exitstatus):
         if tr:
             tr.write_line(f"harness: STALE expectations (no such contract in this suite): {stale}", red=True)
         session.exitstatus = 1
+
+
+def gpu_config(config):
+    """The GPU tier's configuration: command-line options over HARNESS_GPU_* variables."""
+    from harness.gpu_tier import TierConfig
+
+    layer_ids = config.getoption("--layer-ids")
+    return TierConfig.from_env(
+        model_path=config.getoption("--model-path"), tp=config.getoption("--tp"),
+        layer_ids=[int(x) for x in layer_ids.split(",")] if layer_ids else None, dtype=config.getoption("--dtype"),
+        prompts_file=config.getoption("--prompts"), report_dir=config.getoption("--gpu-report-dir"),
+        attention_backend=config.getoption("--attention-backend"),
+        gpu_memory_utilization=config.getoption("--gpu-memory-utilization"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A GPU run that was asked for (a model path given) may skip only for the documented reasons."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.skipped or item.get_closest_marker("gpu") is None:
+        return
+    from harness.gpu_tier import ALLOWED_SKIPS
+
+    if not gpu_config(item.config).model_path:
+        return
+    reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if not any(allowed in reason for allowed in ALLOWED_SKIPS):
+        report.outcome = "failed"
+        report.longrepr = f"the GPU tier was asked for (model path given) but skipped for another reason: {reason}"

@@ -9,6 +9,7 @@ k = n - 1 the reference is the last decoder layer's own output, taken with a for
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -21,8 +22,43 @@ def load(model_path: str, dtype: str = "float32"):
     import torch
     from transformers import AutoModelForCausalLM
 
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    if config.get("model_type") == "kimi_k25":
+        return _kimi_text_model(Path(model_path), config, getattr(torch, dtype))
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
     return model.eval()
+
+
+def _kimi_text_model(path: Path, config: dict, dtype):
+    """Kimi-K2.5's text model is DeepseekV3: a DeepseekV3 checkpoint of the `language_model.*` weights,
+    written once beside the model, loaded with from_pretrained (which also converts per-expert
+    weights for transformers versions that fuse experts)."""
+    from transformers import AutoModelForCausalLM
+
+    text_dir = path / "reference-text-model"
+    if not (text_dir / "config.json").is_file():
+        _write_text_checkpoint(path, config, text_dir)
+    return AutoModelForCausalLM.from_pretrained(str(text_dir), dtype=dtype).eval()
+
+
+def _write_text_checkpoint(path: Path, config: dict, dest: Path) -> None:
+    import os
+    import tempfile
+
+    from safetensors.torch import load_file, save_file
+
+    prefix = "language_model."
+    state = {k[len(prefix):]: v for f in sorted(path.glob("*.safetensors"))
+             for k, v in load_file(str(f)).items() if k.startswith(prefix)}
+    text = {**config["text_config"], "model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"]}
+    tmp = Path(tempfile.mkdtemp(prefix=".reference-", dir=path))
+    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    (tmp / "config.json").write_text(json.dumps(text, indent=2))
+    try:
+        os.rename(tmp, dest)
+    except OSError:
+        if not (dest / "config.json").is_file():
+            raise
 
 
 def decoder_layers(model):

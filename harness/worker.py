@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import time
 
-from speculators.data_generation.custom_worker import HiddenStatesWorkerExtension
+from harness.contracts.speculators_import import apply_import
 
-from harness.contracts import eagle3, embed, kimi_stack
-from harness.contracts.base import Attempt
-from harness.namespace import rebind
+apply_import()  # C-import, in the worker process: before speculators is imported here
+
+from speculators.data_generation.custom_worker import HiddenStatesWorkerExtension  # noqa: E402
+
+from harness.contracts import eagle3, embed, kimi_stack  # noqa: E402
+from harness.contracts.base import Attempt  # noqa: E402
+from harness.namespace import rebind  # noqa: E402
 
 WORKER_SHIMS = (kimi_stack.CONTRACT.id, eagle3.CONTRACT.id, embed.CONTRACT.id)
 
@@ -75,6 +79,22 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
 
     def _harness_engaged_shims(self) -> dict:
         return dict(self._harness_engaged)
+
+    _harness_captures: int = 0
+
+    def _store_captured_states(self, aux_hidden_states):
+        # Counted per rank: speculators captures on TP rank 0 only, and the GPU tier checks that.
+        self._harness_captures += 1
+        return super()._store_captured_states(aux_hidden_states)
+
+    def _harness_capture_count(self) -> int:
+        return self._harness_captures
+
+    def _harness_peak_memory(self) -> int | None:
+        """Peak bytes allocated by torch on this worker's device (None off CUDA)."""
+        import torch
+
+        return int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else None
 
     def _harness_hang_next(self, method: str, seconds: float) -> None:
         """Test hook: make the next call of `method` on this worker sleep (a hung worker, on demand)."""

@@ -14,7 +14,7 @@ import pytest
 pytest_plugins = ["harness.pytest_plugin"]
 
 #: Layer ids of the shared generators: unordered on purpose, first/last layers and a MoE layer included.
-SHARED_LAYERS = {"tiny-llama": [5, 1, 3], "tiny-deepseek-v3": [3, 0, 1]}
+SHARED_LAYERS = {"tiny-llama": [5, 1, 3], "tiny-deepseek-v3": [3, 0, 1], "tiny-kimi-k25": [1, 3, 0]}
 
 
 @dataclass
@@ -29,14 +29,14 @@ def _start(name: str) -> ModelRun:
     from harness import models
     from harness.contracts import mla
     from harness.contracts.base import Attempt
-    from harness.generator import HarnessGenerator, Options
+    from harness.generator import HarnessGenerator, options_for
     from harness.probe_context import MAX_MODEL_LEN, ProbeContext
 
     model = models.build(name)
     tc = model.text_config
     with_env = mla.prepare(model)
     start, gen = Attempt.run(lambda: HarnessGenerator(model.path, SHARED_LAYERS[name], max_model_len=MAX_MODEL_LEN,
-                                                      options=Options(dtype="float32")))
+                                                      options=options_for(model, dtype="float32")))
     if not start.ok:
         raise RuntimeError(f"the shimmed generator did not start on {name}: {start.text}")
     return ModelRun(model, gen, ProbeContext(model, gen), mla.probe(model.family, tc, with_env, start))

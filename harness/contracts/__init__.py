@@ -9,13 +9,13 @@ from __future__ import annotations
 from importlib import import_module
 
 MODULES = (
-    "scheduler_config", "memory", "kv_helpers", "scheduler", "request", "prefix_cache",
+    "speculators_import", "scheduler_config", "memory", "kv_helpers", "scheduler", "request", "prefix_cache",
     "rpc", "twophase", "mla", "kimi_stack", "eagle3", "embed", "layers",
 )
 #: Contracts probed once per model architecture (key "id[family]"); the others once per vLLM.
 PER_MODEL = ("mla", "kimistack", "eagle3", "embed", "layer")
 #: The tiny models the CPU conformance run uses.
-E2E_MODELS = ("tiny-llama", "tiny-deepseek-v3")
+E2E_MODELS = ("tiny-llama", "tiny-deepseek-v3", "tiny-kimi-k25")
 
 
 def modules() -> list:

@@ -22,6 +22,9 @@ CONTRACT = Contract(
 )
 
 PASSED = ("hidden_states", "positions", "residual")
+#: Layer parameters the stack's own loop passes but whose value only matters when the checkpoint's
+#: config sets the named key; the probe fails the contract for such a checkpoint (no shim).
+CONFIG_GATED = {"llama_4_scaling": "llama_4_scaling"}
 
 
 def worker_probe(worker) -> dict:
@@ -43,11 +46,13 @@ def worker_probe(worker) -> dict:
         except TypeError as exc:
             failure = failure or Attempt.failed("TypeError", f"{name}.forward{sig}: {exc}")
     config = getattr(worker.model_runner.model_config, "hf_text_config", None) or worker.model_runner.model_config.hf_config
-    l4 = getattr(config, "llama_4_scaling", None)
-    facts = {"layers": kinds, "config_llama_4_scaling": l4}
-    if failure is None and l4 and any("llama_4_scaling" in k["not_passed"] for k in kinds.values()):
-        failure = Attempt.failed("SilentDivergence", "the stack passes llama_4_scaling (set in this config); "
-                                 "speculators' patched loop does not")
+    facts = {"layers": kinds}
+    for param, key in CONFIG_GATED.items():
+        value = getattr(config, key, None)
+        facts[f"config_{key}"] = value
+        if failure is None and value and any(param in k["not_passed"] for k in kinds.values()):
+            failure = Attempt.failed("SilentDivergence", f"the stack passes {param} (set in this config); "
+                                     "speculators' patched loop does not")
     return {"unshimmed": failure or Attempt(True), "facts": facts}
 
 

@@ -36,10 +36,24 @@ def apply_env() -> None:
     os.environ[ENV] = "1"
 
 
-def _selector_values(text_config: dict) -> dict:
+def _backend_enum(name: str | None):
+    """The platform's enum member for a backend name (None: let the platform choose)."""
+    if not name:
+        return None
+    import importlib
+
+    for module in ("vllm.v1.attention.backends.registry", "vllm.attention.backends.registry", "vllm.platforms.interface"):
+        try:
+            return importlib.import_module(module).AttentionBackendEnum[name]
+        except (ImportError, AttributeError, KeyError):
+            continue
+    return None
+
+
+def _selector_values(text_config: dict, backend: str | None = None) -> dict:
     import torch
 
-    return {"selected_backend": None, "head_size": int(text_config["kv_lora_rank"]) + int(text_config["qk_rope_head_dim"]),
+    return {"selected_backend": _backend_enum(backend), "head_size": int(text_config["kv_lora_rank"]) + int(text_config["qk_rope_head_dim"]),
             "dtype": torch.bfloat16, "kv_cache_dtype": "auto", "block_size": 16, "use_v1": True, "use_mla": True,
             "has_sink": False, "use_sparse": False, "use_mm_prefix": False}
 
@@ -64,12 +78,12 @@ def _resolve(fn, annotation):
     return annotation
 
 
-def select_mla_backend(text_config: dict) -> str:
-    """Ask the installed platform for an MLA attention backend; returns its path or raises what it raises."""
+def select_mla_backend(text_config: dict, backend: str | None = None) -> str:
+    """Ask the installed platform for an MLA attention backend (`backend` if given); its path, or what it raises."""
     from vllm.platforms import current_platform
 
     fn = current_platform.get_attn_backend_cls
-    values = _selector_values(text_config)
+    values = _selector_values(text_config, backend)
     kwargs = {}
     for name, param in inspect.signature(fn).parameters.items():
         annotation = _resolve(fn, param.annotation)
@@ -82,13 +96,14 @@ def select_mla_backend(text_config: dict) -> str:
     return str(fn(**kwargs))
 
 
-def probe(subject: str, text_config: dict, started_with_env: bool, start_attempt: Attempt) -> Observation:
+def probe(subject: str, text_config: dict, started_with_env: bool, start_attempt: Attempt,
+          backend: str | None = None) -> Observation:
     """`start_attempt`: the shared generator's start; `started_with_env`: whether it needed VLLM_MLA_DISABLE."""
     if not is_mla(text_config):
         return Observation(CONTRACT, Attempt(True), None, {}, not_applicable="model has no MLA", subject=subject)
-    unshimmed, backend = Attempt.run(lambda: select_mla_backend(text_config))
+    unshimmed, chosen = Attempt.run(lambda: select_mla_backend(text_config, backend))
     facts = {"head_size": int(text_config["kv_lora_rank"]) + int(text_config["qk_rope_head_dim"]),
-             "selected_backend": backend, "ran_with_VLLM_MLA_DISABLE": started_with_env}
+             "requested_backend": backend, "selected_backend": chosen, "ran_with_VLLM_MLA_DISABLE": started_with_env}
     if unshimmed.ok and started_with_env:
         unshimmed = Attempt.failed("RuntimeError", "selector offers MLA, but the executor did not start with it")
     return Observation(CONTRACT, unshimmed, None if unshimmed.ok else start_attempt, facts, subject=subject)
@@ -97,7 +112,7 @@ def probe(subject: str, text_config: dict, started_with_env: bool, start_attempt
 _PREPARED: dict[str, bool] = {}
 
 
-def prepare(model) -> bool:
+def prepare(model, backend: str | None = None) -> bool:
     """Before starting `model` here: ask the platform whether its MLA runs; if not, set VLLM_MLA_DISABLE.
 
     Returns whether MLA was disabled. Decided once per process and model (the variable is inherited
@@ -106,7 +121,7 @@ def prepare(model) -> bool:
     if model.name not in _PREPARED:
         disable = False
         if is_mla(model.text_config):
-            chosen, _ = Attempt.run(lambda: select_mla_backend(model.text_config))
+            chosen, _ = Attempt.run(lambda: select_mla_backend(model.text_config, backend))
             disable = CONTRACT.documented(chosen)
             if disable:
                 apply_env()

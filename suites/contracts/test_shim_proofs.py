@@ -18,17 +18,18 @@ from harness import contracts
 from harness.contracts.base import Attempt, Outcome
 
 SHIMMED_CONTRACTS = ["schedcfg", "memory", "kvhelpers", "sched", "request", "prefixcache", "rpc", "twophase",
-                     "embed", "eagle3"]
+                     "embed", "eagle3", "kimistack"]
 PROMPTS = [[(7 * i + 3 * j) % 500 + 4 for j in range(40)] for i in range(2)]  # 2 full blocks and more each
 
 
 def _extract(name: str, disable: frozenset, calls: int = 2):
     from harness import models
-    from harness.generator import HarnessGenerator
+    from harness.generator import HarnessGenerator, options_for
     from harness.probe_context import MAX_MODEL_LEN
 
     model = models.build(name)
-    with HarnessGenerator(model.path, [1, 2], max_model_len=MAX_MODEL_LEN, disable=disable) as gen:
+    with HarnessGenerator(model.path, [1, 2], max_model_len=MAX_MODEL_LEN, disable=disable,
+                          options=options_for(model)) as gen:
         for _ in range(calls):
             results = gen.generate(PROMPTS)
     return results

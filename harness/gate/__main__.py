@@ -1,0 +1,3 @@
+from harness.gate.cli import main
+
+raise SystemExit(main())

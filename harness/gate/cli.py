@@ -1,0 +1,113 @@
+"""`python -m harness gate --to VERSION [--from VERSION]`: can speculators' vLLM move to VERSION?
+
+The static half of the pre-upgrade gate: fetch both versions' sources (cached), read speculators'
+used surface in each, map every change to the shim that covers it, decide. Markdown for a CI job
+summary goes to stdout (and `--summary FILE`); the JSON report to `reports/gate-<from>-to-<to>.json`
+(or `--json FILE`). Exit codes: 0 SAFE or NEEDS-SHIM-AND-COVERED, 1 NEEDS-NEW-SHIM or BROKEN,
+2 could not decide (a version not on the index, no network, unreadable sources, a contract not
+checked). Expected failures are one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+import time
+from pathlib import Path
+
+from harness.paths import REPORTS
+from harness.report import write_atomic
+
+HELP = "pre-upgrade gate: can speculators move to another vLLM? (static reading of the sources)"
+
+
+def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--to", required=True, dest="to_version", metavar="VERSION", help="the candidate vLLM version")
+    p.add_argument("--from", default="0.11.0", dest="from_version", metavar="VERSION",
+                   help="the vLLM version speculators runs on now (default: 0.11.0, the one it was written for)")
+    p.add_argument("--cache-dir", help="where vLLM sources are cached (default: $HARNESS_GATE_CACHE or .cache/gate)")
+    p.add_argument("--summary", help="also write the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--json", help="JSON report path (default: reports/gate-<from>-to-<to>.json)")
+    p.add_argument("--allowlist", help="allow-list TOML (default: fixtures/gate/allowlist.toml)")
+    p.add_argument("--speculators", default="0.3.0", help="speculators version whose used surface is read")
+    p.add_argument("--surface", help="used-surface fixture (default: fixtures/surfaces/speculators-<version>.json)")
+    p.add_argument("--regenerate-surface", action="store_true",
+                   help="rewrite the used-surface fixture from the installed speculators first")
+    p.set_defaults(fn=run)
+    return p
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `gate` subcommand to `python -m harness`."""
+    return configure(subparsers.add_parser("gate", help=HELP, description=__doc__.splitlines()[0]))
+
+
+def run(args) -> int:
+    from harness import contracts
+    from harness.gate import allowlist, coverage, dynamic, sources, used_surface, verdict
+
+    try:
+        from harness.gate import static
+    except ImportError as exc:  # griffe is the gate's one extra dependency (the `gate` extra)
+        print(f"harness gate: {exc}; install the gate's dependencies with `pip install -e .[gate]`", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    old, new = args.from_version, args.to_version
+    meta: dict = {"speculators": args.speculators}
+    try:
+        problems = coverage.validate(contracts.ids())
+        if problems:
+            raise ValueError("the coverage table is inconsistent: " + "; ".join(problems))
+        fixture = Path(args.surface) if args.surface else used_surface.fixture_path(args.speculators)
+        if args.regenerate_surface:
+            used_surface.generate(fixture)
+        used_surface.load(path=fixture)
+        meta["surface"] = _display(fixture)
+        entries = allowlist.load(Path(args.allowlist) if args.allowlist else None)
+        meta["allowlist"] = _display(Path(args.allowlist) if args.allowlist else allowlist.DEFAULT)
+        meta["allowlist_entries"] = [e.to_json() for e in entries]
+        got = [sources.ensure(v, args.cache_dir) for v in (old, new)]
+        meta["sources"] = {s.version: {"root": str(s.root), "origin": s.origin} for s in got}
+        t1 = time.perf_counter()
+        old_facts, new_facts = static.read_versions([s.root for s in got], fixture)
+        t2 = time.perf_counter()
+    except (sources.SourceError, static.TreeError, allowlist.AllowlistError, used_surface.SurfaceUnavailable,
+            ValueError, OSError) as exc:
+        gate = verdict.undecided(old, new, str(exc), meta)
+        print(f"harness gate: {exc}", file=sys.stderr)
+        _write(gate, args, verdict)
+        return gate.exit_code
+    meta["timings"] = {"sources": round(t1 - t0, 2), "static": round(t2 - t1, 2)}
+    gate = verdict.decide(old, new, static.compare(old_facts, new_facts), contracts.ids(), entries,
+                          _dt.date.today(), dynamic.dynamic_check(new), dynamic.reason(new))
+    meta["timings"]["total"] = round(time.perf_counter() - t0, 2)
+    gate.meta = meta
+    _write(gate, args, verdict)
+    return gate.exit_code
+
+
+def _display(path: Path) -> str:
+    from harness.paths import REPO_ROOT
+
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+def report_path(old: str, new: str) -> Path:
+    return REPORTS / f"gate-{old}-to-{new}.json"
+
+
+def _write(gate, args, verdict) -> None:
+    text = verdict.markdown(gate)
+    print(text)
+    if args.summary:
+        write_atomic(Path(args.summary), text)
+    write_atomic(Path(args.json) if args.json else report_path(gate.old, gate.new),
+                 json.dumps(verdict.to_json(gate), indent=2, default=str) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry (`python -m harness.gate ...`) until `python -m harness gate` is wired in."""
+    return run(configure(argparse.ArgumentParser(prog="python -m harness.gate", description=HELP)).parse_args(argv))

@@ -1,0 +1,276 @@
+"""One vLLM release's Python sources, fetched from the package index into a cache, never installed.
+
+Why not `pip download`: an sdist only comes back after pip has built its metadata, and vLLM's build
+needs torch, so pip fails and keeps nothing. The gate therefore asks the index the way pip does
+(the simple API, PEP 691 JSON with a PEP 503 HTML fallback), downloads the release's sdist (or,
+for releases without one such as 0.15.0 and 0.15.1, a wheel), checks its sha256, keeps only
+`vllm/**/*.py` and deletes the archive.
+
+Layout: `<cache>/vllm-X.Y.Z/vllm/...` where `<cache>` is `--cache-dir`, else `$HARNESS_GATE_CACHE`,
+else `<repo>/.cache/gate`. A version folder appears by one rename of a finished temporary folder,
+so a folder that exists is complete; a cached version needs no network.
+
+Environment: `HARNESS_PYPI_URL` (the simple index, default https://pypi.org/simple) and
+`HARNESS_GATE_TIMEOUT` (seconds per network operation, default 60).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path, PurePosixPath
+
+from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from harness.paths import REPO_ROOT
+
+PROJECT = "vllm"
+DEFAULT_INDEX = "https://pypi.org/simple"
+DEFAULT_TIMEOUT_S = 60.0
+ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+CHUNK = 1 << 20
+
+
+class SourceError(RuntimeError):
+    """The sources of a version could not be had; the gate cannot decide (exit 2)."""
+
+
+class VersionNotFound(SourceError):
+    pass
+
+
+class IndexUnreachable(SourceError):
+    pass
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One downloadable file of a release, as the index lists it."""
+
+    filename: str
+    url: str
+    sha256: str | None
+    size: int | None
+    kind: str  # "sdist" | "wheel"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where a version's `vllm` package lies (`root/vllm/...`) and how it got there."""
+
+    version: str
+    root: Path
+    origin: str  # "cache" or the archive it was extracted from
+
+
+def index_url() -> str:
+    return os.environ.get("HARNESS_PYPI_URL", DEFAULT_INDEX).rstrip("/")
+
+
+def timeout_s() -> float:
+    return float(os.environ.get("HARNESS_GATE_TIMEOUT", DEFAULT_TIMEOUT_S))
+
+
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    return Path(cache_dir or os.environ.get("HARNESS_GATE_CACHE") or REPO_ROOT / ".cache" / "gate")
+
+
+def normalize(version: str) -> str:
+    try:
+        return str(Version(version))
+    except InvalidVersion:
+        raise VersionNotFound(f"{version!r} is not a version number (expected e.g. 0.11.1)") from None
+
+
+def cached(version: str, cache_dir: str | Path | None = None) -> Path | None:
+    folder = cache_root(cache_dir) / f"{PROJECT}-{normalize(version)}"
+    return folder if (folder / PROJECT / "__init__.py").is_file() else None
+
+
+def ensure(version: str, cache_dir: str | Path | None = None) -> Sources:
+    """The sources of `version`, from the cache or fetched into it."""
+    version = normalize(version)
+    hit = cached(version, cache_dir)
+    if hit:
+        return Sources(version, hit, "cache")
+    artifact = choose(version, list_files())
+    root = cache_root(cache_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    archive = _download(artifact, root)
+    try:
+        folder = _extract(archive, artifact, root, version)
+    finally:
+        archive.unlink(missing_ok=True)
+    return Sources(version, folder, artifact.filename)
+
+
+# -- the index ---------------------------------------------------------------------------------------
+def _open(url: str, accept: str | None = None):
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        return urllib.request.urlopen(request, timeout=timeout_s())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            raise VersionNotFound(f"{url} does not exist (HTTP 404)") from None
+        raise IndexUnreachable(f"{url} answered HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise IndexUnreachable(
+            f"cannot reach the package index at {url}: {reason}. The gate needs the network the first time "
+            f"it reads a vLLM version (cached versions need none); set HARNESS_PYPI_URL for another index.") from None
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[dict] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            a = dict(attrs)
+            if a.get("href"):
+                self.links.append(a)
+
+
+def list_files() -> list[Artifact]:
+    """Every file the index lists for vLLM (all versions)."""
+    page = f"{index_url()}/{PROJECT}/"
+    try:
+        with _open(page, ACCEPT) as resp:
+            ctype = resp.headers.get("Content-Type", "")
+            body = resp.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise IndexUnreachable(f"reading {page} failed: {exc}") from None
+    if "json" in ctype:
+        entries = [(f["filename"], f["url"], (f.get("hashes") or {}).get("sha256"), f.get("size"))
+                   for f in json.loads(body).get("files", [])]
+    else:
+        parser = _Links()
+        parser.feed(body.decode("utf-8", "replace"))
+        entries = []
+        for a in parser.links:
+            url, _, fragment = a["href"].partition("#")
+            sha = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else None
+            entries.append((PurePosixPath(urllib.parse.urlparse(url).path).name, url, sha, None))
+    found = (_artifact(name, urllib.parse.urljoin(page, url), sha, size) for name, url, sha, size in entries)
+    return [a for a in found if a is not None]
+
+
+def _artifact(filename: str, url: str, sha: str | None, size: int | None) -> Artifact | None:
+    kind = "wheel" if filename.endswith(".whl") else "sdist" if filename.endswith((".tar.gz", ".zip")) else None
+    return Artifact(filename, url, sha, size, kind) if kind else None
+
+
+def file_version(artifact: Artifact) -> Version | None:
+    try:
+        if artifact.kind == "wheel":
+            return parse_wheel_filename(artifact.filename)[1]
+        return parse_sdist_filename(artifact.filename)[1]
+    except (InvalidSdistFilename, InvalidWheelFilename, InvalidVersion):
+        return None
+
+
+def choose(version: str, files: list[Artifact]) -> Artifact:
+    """The sdist of `version`, else its smallest wheel (every wheel holds the same Python files)."""
+    wanted = Version(version)
+    mine = [f for f in files if file_version(f) == wanted]
+    if not mine:
+        known = sorted({v for v in map(file_version, files) if v is not None and not v.is_prerelease})
+        newest = ", ".join(str(v) for v in known[-3:]) or "none"
+        raise VersionNotFound(f"vLLM {version} is not on the package index {index_url()} (newest releases: {newest})")
+    sdists = [f for f in mine if f.kind == "sdist"]
+    if sdists:
+        return sdists[0]
+    return min(mine, key=lambda f: f.size if f.size is not None else float("inf"))
+
+
+# -- download and extraction -------------------------------------------------------------------------
+def _download(artifact: Artifact, root: Path) -> Path:
+    fd, name = tempfile.mkstemp(prefix=f".{artifact.filename}.", suffix=".part", dir=root)
+    path = Path(name)
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as out, _open(artifact.url) as resp:
+            while chunk := resp.read(CHUNK):
+                digest.update(chunk)
+                out.write(chunk)
+    except SourceError:
+        path.unlink(missing_ok=True)
+        raise
+    except (OSError, http.client.HTTPException) as exc:
+        path.unlink(missing_ok=True)
+        raise IndexUnreachable(f"downloading {artifact.url} failed: {exc}") from None
+    if artifact.sha256 and digest.hexdigest() != artifact.sha256:
+        path.unlink(missing_ok=True)
+        raise SourceError(f"{artifact.filename}: sha256 {digest.hexdigest()} does not match the index's "
+                          f"{artifact.sha256}")
+    return path
+
+
+SDIST_MEMBER = re.compile(r"^[^/]+/(vllm/.+\.py)$")
+WHEEL_MEMBER = re.compile(r"^(vllm/.+\.py)$")
+
+
+def _safe(relative: str) -> bool:
+    parts = PurePosixPath(relative).parts
+    return bool(parts) and ".." not in parts and not PurePosixPath(relative).is_absolute()
+
+
+def _members(archive: Path, artifact: Artifact):
+    """(relative path, bytes) of every vllm/**/*.py in the archive."""
+    if artifact.kind == "wheel" or artifact.filename.endswith(".zip"):
+        pattern = WHEEL_MEMBER if artifact.kind == "wheel" else SDIST_MEMBER
+        with zipfile.ZipFile(archive) as z:
+            for info in z.infolist():
+                m = pattern.match(info.filename)
+                if m and not info.is_dir():
+                    yield m.group(1), z.read(info)
+        return
+    with tarfile.open(archive, "r:*") as t:
+        for member in t:
+            m = SDIST_MEMBER.match(member.name)
+            if m and member.isfile():
+                yield m.group(1), t.extractfile(member).read()
+
+
+def _extract(archive: Path, artifact: Artifact, root: Path, version: str) -> Path:
+    final = root / f"{PROJECT}-{version}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any other
+    try:
+        count = 0
+        try:
+            for relative, data in _members(archive, artifact):
+                if not _safe(relative):
+                    continue
+                target = tmp / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+                count += 1
+        except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as exc:
+            raise SourceError(f"{artifact.filename} could not be read: {exc}") from None
+        if not (tmp / PROJECT / "__init__.py").is_file():
+            raise SourceError(f"{artifact.filename} holds no vllm/__init__.py ({count} Python files)")
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if cached(version, root) is None:
+                raise
+            shutil.rmtree(tmp)  # another process finished the same version first
+        return final
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

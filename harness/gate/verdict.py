@@ -1,0 +1,196 @@
+"""From a comparison to a decision: each contract's status, the verdict, the exit code, the reports.
+
+Verdicts, strongest first:
+
+* UNDECIDED (exit 2) - a contract could not be checked (or the sources could not be had). Never
+  hidden behind a pass: the contract is listed as not checked.
+* BROKEN (exit 1) - an uncovered change in a contract that by its own statement no shim can
+  restore (`CONTRACT.shim is None`, e.g. C-layer).
+* NEEDS-NEW-SHIM (exit 1) - an uncovered change anywhere else.
+* NEEDS-SHIM-AND-COVERED (exit 0) - changes, each covered by an existing shim (listed) or accepted
+  by an active allow-list entry.
+* SAFE (exit 0) - nothing speculators relies on changed.
+
+Contracts in `coverage.OUTSIDE` are outside what sources can show; they are listed as not checked
+(with the dynamic hook's answer) and do not decide the static verdict.
+
+JSON report (`reports/gate-<from>-to-<to>.json`, schema "harness-gate/1"):
+
+* `schema`, `generated_at`, `from`, `to`, `verdict`, `exit_code`, `error` (why undecided, or null)
+* `speculators`, `surface`: the speculators version and the used-surface fixture read
+* `sources`: per version, `root` (the cached sources) and `origin` ("cache" or the archive)
+* `contracts`: id -> {`status`: unchanged | covered | needs-new-shim | broken | not-checked |
+  outside, `findings`, `shims`, `note`}; "surface" is speculators' vLLM use outside every contract
+* `findings`: [{`contract`, `symbol`, `kind`, `old`, `new`, `evidence` (file:line in the new
+  source), `site` (speculators' line), `status` (covered | accepted | uncovered), `shim`,
+  `reason`, `detail`}]
+* `carried`: deviations already present in the old version, unchanged; `restored`: deviations
+  the new version no longer has (a shim there stops being needed)
+* `not_checked`: contract -> reasons; `outside`: contract -> {`reason`, `dynamic`}
+* `shims`: the shims the new version needs for the findings, sorted
+* `allowlist`: {`file`, `entries`, `expired`: [{`pattern`, `reason`, `expires`, `would_accept`}]}
+* `timings`: seconds for `sources`, `static` and `total`
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import asdict, dataclass, field
+
+from harness.contracts import by_id
+from harness.gate import coverage
+from harness.gate.allowlist import Entry, apply
+from harness.gate.facts import SURFACE, Finding
+from harness.gate.static import Comparison
+from harness.report import now
+
+SCHEMA = "harness-gate/1"
+EXIT = {"SAFE": 0, "NEEDS-SHIM-AND-COVERED": 0, "NEEDS-NEW-SHIM": 1, "BROKEN": 1, "UNDECIDED": 2}
+
+
+@dataclass
+class Gate:
+    old: str
+    new: str
+    verdict: str = "UNDECIDED"
+    error: str | None = None
+    contracts: dict = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    carried: list[Finding] = field(default_factory=list)
+    restored: list[Finding] = field(default_factory=list)
+    not_checked: dict = field(default_factory=dict)
+    outside: dict = field(default_factory=dict)
+    expired: list[dict] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)  # speculators, surface, sources, allowlist file, timings
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT[self.verdict]
+
+    @property
+    def shims(self) -> list[str]:
+        return sorted({f.shim for f in self.findings if f.status == "covered" and f.shim})
+
+
+def decide(old: str, new: str, comparison: Comparison, contract_ids: list[str], entries: list[Entry],
+           today: _dt.date, dynamic: dict | None, dynamic_reason: str) -> Gate:
+    gate = Gate(old, new, findings=comparison.findings, carried=comparison.carried, restored=comparison.restored)
+    for f in gate.findings + gate.carried:
+        c = coverage.cover(f)
+        f.status, f.shim, f.reason = ("covered", c.shim, c.reason) if c else ("uncovered", None,
+                                                                            coverage.uncovered_reason(f))
+    gate.expired = apply(gate.findings, entries, today)
+    shimless = {cid for cid, m in by_id().items() if m.CONTRACT.shim is None}
+    for cid in [*contract_ids, SURFACE]:
+        gate.contracts[cid] = _status(cid, gate, comparison, dynamic, dynamic_reason, shimless)
+    statuses = {c["status"] for c in gate.contracts.values()}
+    gate.not_checked = {c: comparison.not_checked.get(c) or [s["note"]] for c, s in gate.contracts.items()
+                        if s["status"] == "not-checked"}
+    if "not-checked" in statuses:
+        gate.verdict = "UNDECIDED"
+    elif "broken" in statuses:
+        gate.verdict = "BROKEN"
+    elif "needs-new-shim" in statuses:
+        gate.verdict = "NEEDS-NEW-SHIM"
+    elif gate.findings:
+        gate.verdict = "NEEDS-SHIM-AND-COVERED"
+    else:
+        gate.verdict = "SAFE"
+    return gate
+
+
+def _status(cid: str, gate: Gate, comparison: Comparison, dynamic: dict | None, dynamic_reason: str,
+            shimless: set[str]) -> dict:
+    mine = [f for f in gate.findings if f.contract == cid]
+    shims = sorted({f.shim for f in mine if f.shim})
+    if cid in coverage.OUTSIDE:
+        answer = (dynamic or {}).get("contracts", {}).get(cid)
+        gate.outside[cid] = {"reason": coverage.OUTSIDE[cid], "dynamic": answer or dynamic_reason}
+        return {"status": "outside", "findings": 0, "shims": [],
+                "note": f"not checked statically: {coverage.OUTSIDE[cid]}; dynamic: {answer or dynamic_reason}"}
+    if cid in comparison.not_checked:
+        return {"status": "not-checked", "findings": len(mine), "shims": shims,
+                "note": "; ".join(comparison.not_checked[cid][:3])}
+    if cid not in comparison.checked:
+        return {"status": "not-checked", "findings": 0, "shims": [],
+                "note": "no static check reads this contract from vLLM's sources"}
+    open_ = [f for f in mine if f.status == "uncovered"]
+    if open_:
+        status = "broken" if cid in shimless else "needs-new-shim"
+        return {"status": status, "findings": len(mine), "shims": shims, "note": open_[0].reason}
+    carried = sum(f.contract == cid for f in gate.carried)
+    restored = sum(f.contract == cid for f in gate.restored)
+    note = ", ".join(x for x in (f"{carried} carried from {gate.old}" if carried else "",
+                                 f"{restored} no longer needed" if restored else "") if x)
+    return {"status": "covered" if mine else "unchanged", "findings": len(mine), "shims": shims, "note": note}
+
+
+def undecided(old: str, new: str, error: str, meta: dict | None = None) -> Gate:
+    return Gate(old, new, "UNDECIDED", error=error, meta=meta or {})
+
+
+# -- reports -----------------------------------------------------------------------------------------
+def to_json(gate: Gate) -> dict:
+    return {
+        "schema": SCHEMA, "generated_at": now(), "from": gate.old, "to": gate.new, "verdict": gate.verdict,
+        "exit_code": gate.exit_code, "error": gate.error,
+        "speculators": gate.meta.get("speculators"), "surface": gate.meta.get("surface"),
+        "sources": gate.meta.get("sources", {}), "contracts": gate.contracts,
+        "findings": [asdict(f) for f in gate.findings], "carried": [asdict(f) for f in gate.carried],
+        "restored": [asdict(f) for f in gate.restored], "not_checked": gate.not_checked, "outside": gate.outside,
+        "shims": gate.shims,
+        "allowlist": {"file": gate.meta.get("allowlist"), "entries": gate.meta.get("allowlist_entries", []),
+                      "expired": gate.expired},
+        "timings": gate.meta.get("timings", {}),
+    }
+
+
+def _cell(text) -> str:
+    return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(gate: Gate) -> str:
+    icon = {0: "✅", 1: "❌", 2: "⚠️"}[gate.exit_code]
+    lines = [f"## {icon} vLLM gate {gate.old} → {gate.new}: **{gate.verdict}** (exit {gate.exit_code})", ""]
+    if gate.error:
+        return "\n".join(lines + [f"Could not decide: {gate.error}", ""])
+    t = gate.meta.get("timings", {})
+    lines += [f"speculators {gate.meta.get('speculators')} (surface `{gate.meta.get('surface')}`); static reading "
+              f"of both versions' sources, nothing imported. Sources {t.get('sources', 0):.1f} s, static "
+              f"{t.get('static', 0):.1f} s.", ""]
+    for e in gate.expired:
+        would = f"; it would accept {', '.join(f'`{s}`' for s in e['would_accept'])}" if e["would_accept"] else ""
+        lines.append(f"> **Expired allow-list entry** `{e['pattern']}` (expired {e['expires']}: {e['reason']}) "
+                     f"no longer accepts findings{would}.")
+    if gate.expired:
+        lines.append("")
+    if gate.findings:
+        lines += ["| contract | change | symbol | old → new | evidence (new source) | resolution |",
+                  "|---|---|---|---|---|---|"]
+        for f in gate.findings:
+            open_label = "**BROKEN**" if gate.contracts.get(f.contract, {}).get("status") == "broken" else \
+                "**NEEDS-NEW-SHIM**"
+            how = {"covered": f"covered by `{f.shim}`", "accepted": "accepted (allow-list)"}.get(f.status, open_label)
+            lines.append(f"| {f.contract} | {f.kind} | `{_cell(f.symbol)}` | {_cell(f.old)} → {_cell(f.new)} | "
+                         f"`{_cell(f.evidence)}` | {how}: {_cell(f.reason)} |")
+        lines.append("")
+    else:
+        lines += ["No change in anything speculators relies on.", ""]
+    if gate.shims:
+        lines += ["**Shims the new version needs for these changes:** " + ", ".join(f"`{s}`" for s in gate.shims), ""]
+    lines += ["| contract | status | findings | note |", "|---|---|---|---|"]
+    for cid, c in gate.contracts.items():
+        lines.append(f"| {cid} | {c['status']} | {c['findings']} | {_cell(c['note'])} |")
+    lines.append("")
+    if gate.not_checked:
+        lines += ["**Not checked** (the gate cannot decide while these are open):", ""]
+        lines += [f"- {c}: {_cell('; '.join(r))}" for c, r in gate.not_checked.items()] + [""]
+    if gate.restored:
+        gone = ", ".join(f"`{f.symbol}` ({f.contract})" for f in gate.restored)
+        lines += [f"No longer needed in {gate.new}: {gone}", ""]
+    if gate.carried:
+        head = f"{len(gate.carried)} deviation(s) already present in {gate.old}, unchanged"
+        lines += [f"<details><summary>{head}</summary>", "",
+                  *[f"- {f.contract}: `{_cell(f.symbol)}` = {_cell(f.new)} ({f.status}"
+                    f"{': ' + f.shim if f.shim else ''})" for f in gate.carried], "", "</details>", ""]
+    return "\n".join(lines)

@@ -1,0 +1,174 @@
+"""The GPU tier's library: configuration, the facts it reports, hidden-state fingerprints and drift.
+
+`suites/gpu/` drives it under pytest (`-m gpu`); `python -m harness gpu-nightly` runs that suite
+with a dated report and compares the fingerprints with the previous night's. Everything here that
+does not touch CUDA also runs on CPU (the fingerprint and drift logic are unit-tested there).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from harness.paths import FIXTURES, REPORTS
+
+DEFAULT_TP = 8
+DEFAULT_PROMPTS = FIXTURES / "prompts" / "gpu-prompts.json"
+GPU_REPORTS = REPORTS / "gpu"
+#: Stated tolerances (max abs) for a prompt alone vs in a batch, and run to run when not bitwise.
+TOLERANCE = {"float32": 1e-5, "bfloat16": 5e-2, "float16": 1e-2}
+#: Reasons a requested GPU test may skip; any other skip of a requested run is a failure.
+ALLOWED_SKIPS = ("no CUDA device", "fewer GPUs than tensor_parallel_size", "model path", "dry run on CPU")
+
+
+@dataclass
+class TierConfig:
+    model_path: str | None
+    tp: int = DEFAULT_TP
+    layer_ids: list[int] | None = None  # None: speculators 0.3.0's own choice
+    dtype: str = "bfloat16"
+    prompts_file: str = str(DEFAULT_PROMPTS)
+    report_dir: str = str(GPU_REPORTS)
+    attention_backend: str | None = None  # None: vLLM's default for the model
+    gpu_memory_utilization: float = 0.8  # speculators' default
+    max_model_len: int = 2048
+    allow_cpu: bool = False  # dry runs of the tier's code on a CPU build (never the default)
+
+    @classmethod
+    def from_env(cls, **given) -> "TierConfig":
+        env = os.environ.get
+        values = {
+            "model_path": env("HARNESS_GPU_MODEL_PATH"),
+            "tp": int(env("HARNESS_GPU_TP", DEFAULT_TP)),
+            "layer_ids": [int(x) for x in env("HARNESS_GPU_LAYER_IDS", "").split(",") if x.strip()] or None,
+            "dtype": env("HARNESS_GPU_DTYPE", "bfloat16"),
+            "prompts_file": env("HARNESS_GPU_PROMPTS", str(DEFAULT_PROMPTS)),
+            "report_dir": env("HARNESS_GPU_REPORT_DIR", str(GPU_REPORTS)),
+            "attention_backend": env("HARNESS_GPU_ATTENTION_BACKEND") or None,
+            "gpu_memory_utilization": float(env("HARNESS_GPU_MEMORY_UTILIZATION", "0.8")),
+            "max_model_len": int(env("HARNESS_GPU_MAX_MODEL_LEN", "2048")),
+            "allow_cpu": env("HARNESS_GPU_DRY_RUN_ON_CPU") == "1",
+        }
+        values.update({k: v for k, v in given.items() if v is not None})
+        return cls(**values)
+
+
+def skip_reason(cfg: TierConfig) -> str | None:
+    """Why this machine cannot run the tier as configured (None: it can)."""
+    if not cfg.model_path:
+        return "model path not given (--model-path or HARNESS_GPU_MODEL_PATH)"
+    if not (Path(cfg.model_path) / "config.json").is_file():
+        return f"model path {cfg.model_path} does not exist or has no config.json"
+    if cfg.allow_cpu:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device on this machine"
+    have = torch.cuda.device_count()
+    if have < cfg.tp:
+        return f"fewer GPUs than tensor_parallel_size: needs {cfg.tp}, this machine has {have}"
+    return None
+
+
+def load_prompts(path: str | Path, tokenizer) -> list[list[int]]:
+    texts = json.loads(Path(path).read_text())["prompts"]
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] or [tokenizer.eos_token_id] for t in texts]
+
+
+# -- facts about the machine -----------------------------------------------------------------------
+def device_info() -> dict:
+    import torch
+
+    info = {"cuda_available": torch.cuda.is_available(), "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda}
+    if torch.cuda.is_available():
+        info["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        info["device_count"] = torch.cuda.device_count()
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        if out.returncode == 0:
+            info["nvidia_smi"] = [line.strip() for line in out.stdout.strip().splitlines()]
+    except (OSError, subprocess.TimeoutExpired):
+        info["nvidia_smi"] = None
+    return info
+
+
+def gpu_processes() -> list[int]:
+    """PIDs nvidia-smi lists as using a GPU (may be empty in containers that hide PIDs)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [int(x) for x in out.stdout.split() if x.strip().isdigit()]
+
+
+# -- fingerprints and drift ------------------------------------------------------------------------
+def fingerprint(results: list[dict], layer_ids: list[int]) -> dict:
+    """Per requested layer: a hash of the bytes of every row (prompt order) and summary statistics."""
+    import torch
+
+    out = {}
+    for i, layer in enumerate(layer_ids):
+        stacked = torch.cat([r["hidden_states"][i].contiguous() for r in results], dim=0)
+        as_f32 = stacked.float()
+        digest = hashlib.sha256(stacked.cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+        out[str(layer)] = {"sha256": digest, "dtype": str(stacked.dtype).replace("torch.", ""),
+                           "rows": int(stacked.shape[0]), "mean": float(as_f32.mean()), "std": float(as_f32.std()),
+                           "min": float(as_f32.min()), "max": float(as_f32.max()),
+                           "absmax": float(as_f32.abs().max())}
+    return out
+
+
+@dataclass
+class Drift:
+    compared_with: str | None
+    drifted: bool = False
+    changes: list[str] = field(default_factory=list)
+
+
+def compare(previous: dict | None, current: dict, previous_name: str | None = None, rel_tol: float = 1e-3) -> Drift:
+    """Bitwise drift (hash) and statistical drift (mean/std/absmax beyond rel_tol) per layer."""
+    if not previous:
+        return Drift(None, False, ["no previous report to compare with"])
+    d = Drift(previous_name)
+    for layer, cur in current.items():
+        old = previous.get(layer)
+        if old is None:
+            d.changes.append(f"layer {layer}: not in the previous report")
+            d.drifted = True
+            continue
+        if old["sha256"] != cur["sha256"]:
+            d.drifted = True
+            stats = [f"{k} {old[k]:.6g} -> {cur[k]:.6g}" for k in ("mean", "std", "absmax")
+                     if abs(cur[k] - old[k]) > rel_tol * max(abs(old[k]), 1e-12)]
+            d.changes.append(f"layer {layer}: bytes differ" + (f"; {', '.join(stats)}" if stats else
+                                                               " (statistics within tolerance)"))
+    return d
+
+
+def previous_report(directory: Path, prefix: str, before: str) -> tuple[str, dict] | None:
+    """The newest report in `directory` named `<date>-<prefix>.json` dated before `before`."""
+    candidates = sorted(p for p in Path(directory).glob(f"*-{prefix}.json") if p.name[:10] < before)
+    if not candidates:
+        return None
+    return candidates[-1].name, json.loads(candidates[-1].read_text())
+
+
+def report_name(model_name: str, tp: int, dtype: str) -> str:
+    return f"{model_name}-tp{tp}-{dtype}"
+
+
+def today() -> str:
+    return _dt.date.today().isoformat()
+
+
+def asdict_config(cfg: TierConfig) -> dict:
+    return asdict(cfg)

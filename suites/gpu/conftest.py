@@ -1,0 +1,144 @@
+"""The GPU tier's shared run: one generator for the configured checkpoint, and its dated report.
+
+Configured by the options and HARNESS_GPU_* variables of harness.pytest_plugin (model path,
+tensor-parallel size, layer ids, dtype, prompts). Tests add what they measured to `run.facts`; the
+finalizer writes `reports/gpu/<date>-<model>-tp<N>-<dtype>.{json,md}` with fingerprints and drift
+against the newest earlier report of the same model, TP and dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from harness.pytest_plugin import gpu_config
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every GPU test needs `tp` GPUs of one host: say so with a mark (skipped below when fewer)."""
+    tp = gpu_config(config).tp
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(pytest.mark.multi_gpu(tp))
+
+
+@dataclass
+class TierRun:
+    cfg: object
+    model_name: str
+    text_config: dict
+    model: object = None  # harness.models.TinyModel describing the checkpoint (real or tiny)
+    generator: object = None
+    mla: object = None  # the C-mla observation made while starting
+    prompts: list = field(default_factory=list)
+    facts: dict = field(default_factory=dict)  # what goes into the report (JSON-able)
+    batch: list = field(default_factory=list)
+    first_batch: list = field(default_factory=list)
+    closed: bool = False
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.text_config["hidden_size"])
+
+    def close(self) -> None:
+        if not self.closed:
+            self.facts["peak_memory_bytes_per_rank"] = self.generator.real_executor.collective_rpc("_harness_peak_memory")
+            self.generator.close()
+            self.closed = True
+
+
+def _options(cfg, hf_config: dict):
+    from harness.generator import Options
+
+    multimodal = "text_config" in hf_config and "vision_config" in hf_config
+    return Options(dtype=cfg.dtype, attention_backend=cfg.attention_backend, language_model_only=multimodal)
+
+
+@pytest.fixture(scope="session")
+def tier(request):
+    from transformers import AutoTokenizer
+
+    from harness import gpu_tier, versions
+    from harness.contracts import mla
+    from harness.contracts.base import Attempt
+    from harness.generator import HarnessGenerator, text_config
+    from harness.models import TinyModel
+
+    cfg = gpu_config(request.config)
+    reason = gpu_tier.skip_reason(cfg)
+    if reason:
+        pytest.skip(reason)
+    hf = json.loads((Path(cfg.model_path) / "config.json").read_text())
+    run = TierRun(cfg, Path(cfg.model_path).name, text_config(hf))
+    tc = run.text_config
+    # The family names the checkpoint's architecture the way the expectations do (llama, deepseek_v3, kimi_k25).
+    run.model = TinyModel(run.model_name, Path(cfg.model_path), hf.get("model_type", ""), hf, "")
+    run.facts["family"] = run.model.family
+    run.facts["mla_disabled"] = mla.prepare(run.model, cfg.attention_backend)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model_path, trust_remote_code=True)
+    run.prompts = gpu_tier.load_prompts(cfg.prompts_file, tokenizer)
+    t0 = time.perf_counter()
+    start, run.generator = Attempt.run(lambda: HarnessGenerator(
+        cfg.model_path, cfg.layer_ids, max_model_len=cfg.max_model_len, gpu_memory_utilization=cfg.gpu_memory_utilization,
+        tensor_parallel_size=cfg.tp, options=_options(cfg, hf)))
+    if not start.ok:
+        raise RuntimeError(f"the shimmed generator did not start on {cfg.model_path}: {start.text}")
+    run.mla = mla.probe(run.model.family, tc, run.facts["mla_disabled"], start, cfg.attention_backend)
+    run.facts["generator_start_s"] = round(time.perf_counter() - t0, 2)
+    run.facts["layer_ids"] = run.generator.layer_ids
+    run.facts["engaged_shims"] = run.generator.engaged_shims()
+    try:
+        yield run
+    finally:
+        if not run.closed:
+            run.generator.close()
+        _write_report(run, versions.snapshot())
+
+
+def _write_report(run: TierRun, meta: dict) -> None:
+    from harness import gpu_tier
+    from harness.report import write_atomic
+
+    cfg = run.cfg
+    name = gpu_tier.report_name(run.model_name, cfg.tp, cfg.dtype)
+    date = gpu_tier.today()
+    fp = run.facts.get("fingerprint", {})
+    prev = gpu_tier.previous_report(Path(cfg.report_dir), name, date)
+    drift = gpu_tier.compare(prev[1].get("fingerprint") if prev else None, fp, prev[0] if prev else None)
+    rep = {"schema": "harness-gpu-report/1", "date": date, "model": run.model_name, "config": gpu_tier.asdict_config(cfg),
+           "versions": {k: meta.get(k) for k in ("vllm", "vllm_distribution", "speculators", "torch", "transformers")},
+           "device": gpu_tier.device_info(), **run.facts, "drift": drift.__dict__}
+    out = Path(cfg.report_dir)
+    write_atomic(out / f"{date}-{name}.json", json.dumps(rep, indent=2, default=str) + "\n")
+    write_atomic(out / f"{date}-{name}.md", _markdown(rep))
+
+
+def _markdown(rep: dict) -> str:
+    dev = rep["device"]
+    lines = [f"# GPU tier: {rep['model']} — TP={rep['config']['tp']}, {rep['config']['dtype']} ({rep['date']})", "",
+             f"Device: {', '.join(dev.get('nvidia_smi') or dev.get('devices') or ['none'])}; torch {dev.get('torch')} "
+             f"(CUDA {dev.get('torch_cuda')}); vLLM {rep['versions'].get('vllm')}, speculators {rep['versions'].get('speculators')}, "
+             f"transformers {rep['versions'].get('transformers')}.", "",
+             f"Generator start {rep.get('generator_start_s')} s; layers {rep.get('layer_ids')}; shims engaged: "
+             f"{rep.get('engaged_shims')}; MLA disabled: {rep.get('mla_disabled')}.", "",
+             "| check | result | measured |", "|---|---|---|"]
+    for c in rep.get("checks", []):
+        lines.append(f"| {c['check']} | {c['result']} | {c['measured']} |")
+    if rep.get("throughput"):
+        t = rep["throughput"]
+        lines += ["", f"Throughput: {t['tokens']} tokens in {t['seconds']:.3f} s = {t['tokens_per_s']:.0f} tokens/s "
+                  f"(steady call; first call {t['first_call_s']:.3f} s)."]
+    if rep.get("peak_memory_bytes_per_rank"):
+        lines.append("Peak GPU memory per rank (torch allocated): " + ", ".join(
+            f"{b / 2**30:.2f} GiB" for b in rep["peak_memory_bytes_per_rank"] if b is not None))
+    lines += ["", "| layer | rows | sha256 (first 16) | mean | std | absmax |", "|---|---|---|---|---|---|"]
+    for layer, f in rep.get("fingerprint", {}).items():
+        lines.append(f"| {layer} | {f['rows']} | {f['sha256'][:16]} | {f['mean']:.5g} | {f['std']:.5g} | {f['absmax']:.5g} |")
+    d = rep["drift"]
+    lines += ["", f"Drift vs {d['compared_with'] or 'nothing'}: {'DRIFT' if d['drifted'] else 'none'}"
+              + (" — " + "; ".join(d["changes"]) if d["changes"] else "")]
+    return "\n".join(lines) + "\n"
