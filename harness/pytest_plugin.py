@@ -18,9 +18,10 @@ from harness.paths import REPORTS
 
 # Offline and small: no hub lookups, a 1 GiB KV cache on CPU (vLLM would otherwise reserve half the RAM),
 # and idle workers that sleep instead of spinning on their message queue (several shared generators
-# wait idle while one works: spinning ones take the CPU it needs).
+# wait idle while one works: spinning ones take the CPU it needs). Workers are spawned, never forked:
+# a forked worker cannot use CUDA once the driver has touched it (seen on the H200 with vLLM 0.20).
 for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-               "VLLM_SLEEP_WHEN_IDLE": "1",
+               "VLLM_SLEEP_WHEN_IDLE": "1", "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
                "TOKENIZERS_PARALLELISM": "false", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}.items():
     os.environ.setdefault(_k, _v)
 

@@ -4,7 +4,8 @@
 # Call 1 (carry .gpu-part1):            bash .gpu-part1/install_part1.sh
 # Call 2 (carry .gpu-part2 and .whl):   bash suites/gpu/h200_proof.sh [TP]
 # .gpu-part1/.gpu-part2 are copies of shared/gpu-bundle/vllm-0.20.0/part{1,2}; .whl holds the
-# speculators 0.3.0 and loguru wheels (pip download --no-deps). Results go to $OUT (device tool).
+# speculators 0.3.0, loguru and compressed-tensors 0.15.0.1 wheels (pip download --no-deps; vLLM's
+# Kimi-K2.5 model imports compressed_tensors, which the bundle lacks). Results go to $OUT (device tool).
 set -uo pipefail
 TP="${1:-1}"
 SITE=/tmp/site
@@ -13,9 +14,9 @@ OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT/gpu"
 [ -d "$SITE/pydantic" ] || { echo "part 1 is not installed in $SITE (a fresh machine): run call 1 again"; exit 3; }
 bash .gpu-part2/install_part2.sh > "$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; exit 4; }
-"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl || exit 5
+"$PY" -m pip install -q --upgrade --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl || exit 5
 export PYTHONPATH="$SITE:$PWD" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export VLLM_WORKER_MULTIPROC_METHOD=spawn NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export HARNESS_CACHE_DIR=/tmp/harness-models
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
 paths=$("$PY" -c "from harness import models; print(models.build('tiny-kimi-k25').path, models.build('tiny-llama').path)") || exit 6
