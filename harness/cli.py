@@ -15,6 +15,8 @@ from pathlib import Path
 from harness.paths import REPO_ROOT
 
 CPU_SUITES = ("suites/contracts", "suites/e2e", "suites/bad_input")
+#: The matrix's quick run: every contract probe and the end-to-end checks; no shim proofs, no bad input.
+QUICK_SUITES = ("suites/contracts/test_contracts.py", "suites/e2e")
 
 
 def _fail(message: str) -> int:
@@ -25,6 +27,9 @@ def _fail(message: str) -> int:
 def cmd_expectations(args) -> int:
     from harness import expectations, versions
 
+    if getattr(args, "draft_from", None):
+        print(expectations.draft(json.loads(Path(args.draft_from).read_text())), end="")
+        return 0
     try:
         ver = versions.vllm_version()
         path, table = expectations.load(ver, versions.device_type())
@@ -44,12 +49,14 @@ def cmd_run(args) -> int:
         versions.vllm_distribution()
     except versions.VllmNotInstalled as e:
         return _fail(str(e))
-    rc = cmd_expectations(argparse.Namespace()) if not args.skip_expectation_check else 0
+    from harness.pytest_plugin import observe_only
+
+    rc = cmd_expectations(argparse.Namespace()) if not (args.skip_expectation_check or observe_only()) else 0
     if rc:
         return rc
     import pytest
 
-    argv = [str(REPO_ROOT / s) for s in (args.suites or CPU_SUITES)]
+    argv = [str(REPO_ROOT / s) for s in (args.suites or (QUICK_SUITES if args.quick else CPU_SUITES))]
     argv += ["--harness-env", args.env, "-p", "no:cacheprovider", *args.pytest_args]
     return int(pytest.main(argv))
 
@@ -89,6 +96,46 @@ def cmd_gpu_nightly(args) -> int:
     return rc
 
 
+def cmd_matrix(args) -> int:
+    """Merge reports/vllm*.json into reports/matrix.{json,md,html}."""
+    from harness import matrix
+
+    m = matrix.write(Path(args.report_dir))
+    bad = [c["version"] for c in m["columns"] if c["status"] == "fail"]
+    print(f"harness: matrix of {len(m['rows'])} rows x {len(m['columns'])} versions written to {args.report_dir}"
+          + (f"; failing: {', '.join(bad)}" if bad else ""))
+    return 1 if bad else 0
+
+
+def cmd_bench(args) -> int:
+    from harness import bench
+
+    result = bench.run(args.model, repeats=args.repeats)
+    path = bench.write(args.env, result, Path(args.report_dir))
+    print(f"harness bench: {result['model']}: extraction {result['extract_tokens_per_s']:.0f} tok/s, prefill "
+          f"{result['prefill_tokens_per_s']:.0f} tok/s, ratio {result['ratio']:.2f} ({result['tokens']} tokens, "
+          f"best of {result['repeats']}) -> {path}")
+    return 0
+
+
+def cmd_tox_envs(args) -> int:
+    from harness import matrix
+
+    print(matrix.tox_section(), end="")
+    return 0
+
+
+def cmd_envfix(args) -> int:
+    from harness import matrix
+
+    try:
+        applied = matrix.envfix()
+    except RuntimeError as e:
+        return _fail(str(e))
+    print("harness envfix: " + (", ".join(applied) if applied else "nothing needed"))
+    return 0
+
+
 def cmd_surface(args) -> int:
     from harness import surface
 
@@ -104,14 +151,28 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="the conformance run for the installed vLLM (writes reports/<env>.json/.md)")
     r.add_argument("--env", default=os.environ.get("HARNESS_ENV", "local"))
     r.add_argument("--suite", dest="suites", action="append", help="suite folder(s); default: the CPU suites")
+    r.add_argument("--quick", action="store_true", help="contract probes and e2e only (the matrix's run)")
     r.add_argument("--skip-expectation-check", action="store_true", help=argparse.SUPPRESS)
     r.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     r.set_defaults(fn=cmd_run)
     e = sub.add_parser("expectations", help="print the expectations for the installed vLLM")
+    e.add_argument("--draft-from", help="print a draft expectations file from an env report (review before committing)")
     e.set_defaults(fn=cmd_expectations)
     s = sub.add_parser("surface", help="speculators' used vLLM surface, from its installed source (AST)")
     s.add_argument("--out")
     s.set_defaults(fn=cmd_surface)
+    m = sub.add_parser("matrix", help="merge reports/vllm*.json into reports/matrix.{json,md,html}")
+    m.add_argument("--report-dir", default=str(REPO_ROOT / "reports"))
+    m.set_defaults(fn=cmd_matrix)
+    b = sub.add_parser("bench", help="extraction vs plain prefill throughput (writes reports/<env>.bench.json)")
+    b.add_argument("--env", default=os.environ.get("HARNESS_ENV", "local"))
+    b.add_argument("--model", default="tiny-llama")
+    b.add_argument("--repeats", type=int, default=3)
+    b.add_argument("--report-dir", default=str(REPO_ROOT / "reports"))
+    b.set_defaults(fn=cmd_bench)
+    sub.add_parser("tox-envs", help="print tox.ini's matrix section, rendered from fixtures/envs/matrix.toml"
+                   ).set_defaults(fn=cmd_tox_envs)
+    sub.add_parser("envfix", help="apply the fix-ups an installed vLLM CPU build needs (probed)").set_defaults(fn=cmd_envfix)
     n = sub.add_parser("gpu-nightly", help="the GPU tier (-m gpu) with a dated report and drift check")
     n.add_argument("--model-path", required=True)
     n.add_argument("--tp", type=int, default=8)
@@ -133,6 +194,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     rc = args.fn(args)
-    if args.command in ("run", "gpu-nightly"):
+    if args.command in ("run", "gpu-nightly", "bench"):
         _exit_now(rc)
     return rc

@@ -68,3 +68,17 @@ def load(vllm_version: str, device_type: str, base: Path | None = None) -> tuple
 def stale(expected: dict[str, Expectation], defined: set[str]) -> list[str]:
     """Entries for contracts the suite does not define."""
     return sorted(set(expected) - defined)
+
+
+def draft(report: dict) -> str:
+    """A draft expectations file from what a run observed: to be reviewed line by line, not trusted."""
+    v = report["versions"]
+    lines = [f"# What speculators 0.3.0's contracts show on vLLM {v['vllm']} ({v['vllm_distribution']}), "
+             f"{report['platform']['device_type']} build.", "# Drafted from an observed run, then reviewed.",
+             f'vllm = "{v["vllm"]}"', f'platform = "{report["platform"]["device_type"]}"', 'speculators = "0.3.0"', "",
+             "[contracts]"]
+    for c in report["contracts"]:
+        reason = (c.get("expected_reason") or c["reason"]).replace("\\", "/").replace('"', "'")
+        key = c["contract"] if "[" not in c["contract"] else f'"{c["contract"]}"'
+        lines.append(f'{key} = {{ outcome = "{c["outcome"]}", reason = "{reason[:300]}" }}')
+    return "\n".join(lines) + "\n"

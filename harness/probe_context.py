@@ -26,6 +26,7 @@ class ProbeContext:
         self.max_model_len = max_model_len
         self._ids = itertools.count()
         self._extra: dict[bool, HarnessGenerator | None] = {}
+        self._start_failures: dict = {}
 
     # -- the shared generator's real objects ------------------------------------------------------
     @property
@@ -134,14 +135,22 @@ class ProbeContext:
         if bool(self.vllm_config.scheduler_config.async_scheduling) == resolved:
             return self.generator
         if async_scheduling not in self._extra:
-            self._extra[async_scheduling] = HarnessGenerator(
+            from harness.contracts.base import Attempt
+
+            start, gen = Attempt.run(lambda: HarnessGenerator(
                 self.model.path, self.layer_ids, max_model_len=self.max_model_len,
-                options=options_for(self.model, async_scheduling=async_scheduling))
+                options=options_for(self.model, async_scheduling=async_scheduling)))
+            self._extra[async_scheduling] = gen
+            self._start_failures[async_scheduling] = start
         return self._extra[async_scheduling]
 
     def unobservable_async(self, requested: bool) -> str:
         from vllm.platforms import current_platform
 
+        failed = self._start_failures.get(requested)
+        if failed is not None and not failed.ok:
+            return (f"not observable here: an executor with async_scheduling={requested} does not start on this "
+                    f"{current_platform.device_type} build ({failed.text})")
         return (f"not observable here: async_scheduling={requested} requested, the {current_platform.device_type} "
                 f"platform resolves it to {self.resolved_async(requested)}")
 

@@ -23,6 +23,21 @@ class ModelRun:
     generator: object
     ctx: object
     mla: object  # the C-mla observation made while starting
+    absent: str | None = None  # why this vLLM cannot run the model at all (e.g. no such architecture yet)
+
+    def not_applicable(self, contract):
+        """The observation for a per-model contract when the architecture is absent from this vLLM."""
+        from harness.contracts.base import Attempt, Observation
+
+        return Observation(contract, Attempt(True), None, {}, not_applicable=self.absent, subject=self.model.family)
+
+
+def missing_architecture(arch: str) -> str | None:
+    from vllm.model_executor.models import ModelRegistry
+
+    if arch in ModelRegistry.get_supported_archs():
+        return None
+    return f"{arch} is not in this vLLM's model registry"
 
 
 def _start(name: str) -> ModelRun:
@@ -34,6 +49,9 @@ def _start(name: str) -> ModelRun:
 
     model = models.build(name)
     tc = model.text_config
+    absent = missing_architecture(model.architecture)
+    if absent:
+        return ModelRun(model, None, None, None, absent=absent)
     with_env = mla.prepare(model)
     start, gen = Attempt.run(lambda: HarnessGenerator(model.path, SHARED_LAYERS[name], max_model_len=MAX_MODEL_LEN,
                                                       options=options_for(model, dtype="float32")))
@@ -57,8 +75,9 @@ def runs():
 
     yield get
     for run in started.values():
-        run.ctx.close()
-        run.generator.close()
+        if run.generator is not None:
+            run.ctx.close()
+            run.generator.close()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -35,6 +35,10 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--surface", help="used-surface fixture (default: fixtures/surfaces/speculators-<version>.json)")
     p.add_argument("--regenerate-surface", action="store_true",
                    help="rewrite the used-surface fixture from the installed speculators first")
+    p.add_argument("--dynamic", action="store_true",
+                   help="also run the candidate's CPU env (tox -e vllmXYZ, minutes) and use what it observed")
+    p.add_argument("--model-config", help="the target checkpoint's config.json: decides config-gated findings "
+                   "(e.g. llama_4_scaling); without it they count as uncovered")
     p.set_defaults(fn=run)
     return p
 
@@ -80,12 +84,25 @@ def run(args) -> int:
         _write(gate, args, verdict)
         return gate.exit_code
     meta["timings"] = {"sources": round(t1 - t0, 2), "static": round(t2 - t1, 2)}
-    gate = verdict.decide(old, new, static.compare(old_facts, new_facts), contracts.ids(), entries,
+    comparison = static.compare(old_facts, new_facts)
+    if args.model_config:
+        meta["model_config"] = args.model_config
+        coverage.attach_checkpoint_config(comparison.findings + comparison.carried, _read_config(args.model_config))
+    if args.dynamic:
+        meta["dynamic_rc"] = dynamic.run_env(new)
+    gate = verdict.decide(old, new, comparison, contracts.ids(), entries,
                           _dt.date.today(), dynamic.dynamic_check(new), dynamic.reason(new))
     meta["timings"]["total"] = round(time.perf_counter() - t0, 2)
     gate.meta = meta
     _write(gate, args, verdict)
     return gate.exit_code
+
+
+def _read_config(path: str) -> dict:
+    import json
+
+    data = json.loads(Path(path).read_text())
+    return data.get("text_config", data)
 
 
 def _display(path: Path) -> str:

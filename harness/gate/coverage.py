@@ -105,15 +105,24 @@ COVERS: tuple[Cover, ...] = (
     Cover("prefixcache", "default-changed", "harness.contracts.prefix_cache.apply",
           "builds speculators' CacheConfig with enable_prefix_caching=False"),
     Cover("layer", "layer-call-extended", "harness.contracts.layers.worker_probe",
-          "a guard, not a shim: the extra argument only carries a value when the checkpoint's config sets the "
-          "matching key; the runtime probe fails the contract for such a checkpoint and passes it otherwise "
-          "(Kimi-K2.5 and DeepSeek-V3 configs set none of them)",
-          lambda f: set(f.detail.get("not_passed_by_speculators", ())) <= set(layers.CONFIG_GATED),
-          f"the extra arguments are config-gated ({', '.join(layers.CONFIG_GATED)})"),
+          "not a shim: the extra argument only carries a value when the checkpoint's config sets the matching key, "
+          "and the given checkpoint config (--model-config) sets none of them; the runtime probe guards the rest",
+          lambda f: set(f.detail.get("not_passed_by_speculators", ())) <= set(layers.CONFIG_GATED)
+          and "checkpoint_config" in f.detail
+          and not any(f.detail["checkpoint_config"].get(layers.CONFIG_GATED[k])
+                      for k in f.detail.get("not_passed_by_speculators", ())),
+          f"the extras are config-gated ({', '.join(layers.CONFIG_GATED)}) and --model-config leaves them unset"),
     Cover("mla", "platform-rejects-mla", "harness.contracts.mla.apply_env",
           "runs with VLLM_MLA_DISABLE=1: vLLM expands MLA to multi-head attention over the same weights",
           lambda f: bool(f.detail.get("env_defined")), "vllm.envs still defines VLLM_MLA_DISABLE"),
 )
+
+
+def attach_checkpoint_config(findings: list[Finding], config: dict) -> None:
+    """Give config-gated findings the target checkpoint's values for the keys that gate them."""
+    for f in findings:
+        if f.contract == "layer":
+            f.detail["checkpoint_config"] = {key: config.get(key) for key in layers.CONFIG_GATED.values()}
 
 
 def cover(finding: Finding) -> Cover | None:

@@ -1,25 +1,60 @@
-"""The hook for the gate's dynamic half: run the contracts' probes against the candidate vLLM for real.
+"""The gate's dynamic half: what the candidate vLLM's own CPU env observed, when one exists.
 
-The static gate reads sources; some contracts (see `coverage.OUTSIDE`) depend on what a real
-environment resolves and loads. A dynamic check would build an environment with the candidate vLLM
-(the CPU build, as `tox -e vllm016` does for 0.16) and run the conformance suite there. No such
-environment exists for arbitrary versions yet, so the hook answers None with its reason, and the
-gate reports those contracts as not checked.
+The matrix (`fixtures/envs/matrix.toml`, `tox -m matrix`) has one env per vLLM CPU build. When the
+candidate version has one, `--dynamic` runs it (`tox -e <env>`, minutes) and the gate reads its
+report; without `--dynamic` an existing `reports/<env>.json` is read if it is for that version. The
+contracts no source can decide (coverage.OUTSIDE, e.g. `import`) take the observed outcome, and a
+contract the run observed as broken makes the gate BROKEN whatever the static reading said.
 """
 
 from __future__ import annotations
 
-#: Why `dynamic_check` has nothing to say yet; the gate prints it next to each contract it leaves open.
+import json
+import subprocess
+from pathlib import Path
+
+from harness.paths import REPO_ROOT, REPORTS
+
+#: Why `dynamic_check` has nothing to say; the gate prints it next to each contract it leaves open.
 NO_ENV = "no CPU env for this version"
 
 
-def dynamic_check(version: str) -> dict | None:
-    """Per-contract outcomes from running the candidate for real, e.g. {"contracts": {"import": "shimmed"}}.
+def env_for(version: str) -> str | None:
+    from harness import matrix
 
-    None when no environment for `version` can be built here (the reason is `reason(version)`).
-    """
-    return None
+    meta = matrix.versions().get(version)
+    return meta["env"] if meta and meta.get("runnable", True) else None
+
+
+def run_env(version: str) -> int | None:
+    """Run the candidate's CPU env (creating it); None when the matrix has no env for it."""
+    env = env_for(version)
+    if env is None:
+        return None
+    return subprocess.run(["tox", "-e", env], cwd=REPO_ROOT).returncode
+
+
+def dynamic_check(version: str, report_dir: Path = REPORTS) -> dict | None:
+    """Per-contract outcomes observed in the candidate's env, or None (see `reason`)."""
+    env = env_for(version)
+    path = Path(report_dir) / f"{env}.json" if env else None
+    if path is None or not path.is_file():
+        return None
+    rep = json.loads(path.read_text())
+    if not rep["versions"]["vllm"].startswith(version):
+        return None
+    outcomes: dict[str, str] = {}
+    for c in rep["contracts"]:
+        cid = c["contract"].split("[")[0]
+        rank = {"broken": 3, "shimmed": 2, "native": 1, "n/a": 0}
+        if rank.get(c["outcome"], 0) >= rank.get(outcomes.get(cid, "n/a"), 0):
+            outcomes[cid] = c["outcome"]
+    return {"env": env, "report": str(path.name), "status": rep["status"], "contracts": outcomes,
+            "broken": sorted(c["contract"] for c in rep["contracts"] if c["outcome"] == "broken")}
 
 
 def reason(version: str) -> str:
-    return f"{NO_ENV} (vLLM {version})"
+    env = env_for(version)
+    if env is None:
+        return f"{NO_ENV} (vLLM {version}): only the static check ran"
+    return f"no report of env {env} for vLLM {version} yet (run `tox -e {env}` or pass --dynamic): only the static check ran"

@@ -86,7 +86,10 @@ def decide(old: str, new: str, comparison: Comparison, contract_ids: list[str], 
     statuses = {c["status"] for c in gate.contracts.values()}
     gate.not_checked = {c: comparison.not_checked.get(c) or [s["note"]] for c, s in gate.contracts.items()
                         if s["status"] == "not-checked"}
-    if "not-checked" in statuses:
+    observed_broken = (dynamic or {}).get("broken")
+    if observed_broken:
+        gate.verdict = "BROKEN"  # the candidate's own env observed it: no static reading overrides that
+    elif "not-checked" in statuses:
         gate.verdict = "UNDECIDED"
     elif "broken" in statuses:
         gate.verdict = "BROKEN"

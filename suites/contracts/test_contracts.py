@@ -20,14 +20,17 @@ def test_contract(cid, runs, record_observation, expectations):
 @pytest.mark.parametrize("name", contracts.E2E_MODELS)
 @pytest.mark.parametrize("cid", MODEL_CONTRACTS)
 def test_model_contract(cid, name, runs, record_observation, expectations):
-    obs = contracts.by_id()[cid].probe(runs(name).ctx)
+    run = runs(name)
+    module = contracts.by_id()[cid]
+    obs = run.not_applicable(module.CONTRACT) if run.absent else module.probe(run.ctx)
     record_observation(obs)
     check_expected(obs, expectations)
 
 
 @pytest.mark.parametrize("name", contracts.E2E_MODELS)
 def test_mla_platform(name, runs, record_observation, expectations, record_note):
-    obs = runs(name).mla
+    run = runs(name)
+    obs = run.not_applicable(contracts.by_id()["mla"].CONTRACT) if run.absent else run.mla
     record_observation(obs)
     if obs.facts.get("ran_with_VLLM_MLA_DISABLE"):
         record_note(f"{name}: MLA cannot run on this platform ({obs.unshimmed.text}); the run uses "

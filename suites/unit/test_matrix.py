@@ -1,0 +1,40 @@
+"""The matrix: tox.ini is rendered from fixtures/envs/matrix.toml; reports merge into a complete table."""
+
+from __future__ import annotations
+
+import json
+
+from harness import matrix
+from harness.paths import REPO_ROOT
+
+
+def test_tox_ini_carries_the_rendered_matrix():
+    text = (REPO_ROOT / "tox.ini").read_text()
+    assert matrix.tox_section() in text, "tox.ini is out of date: paste `python -m harness tox-envs` into it"
+
+
+def test_every_version_has_an_env_and_override_file():
+    for ver, v in matrix.versions().items():
+        assert v["env"].startswith("vllm")
+        if v["overrides"]:
+            assert (REPO_ROOT / "fixtures" / "envs" / f"vllm-{ver}.override.txt").read_text().split("\n")[:len(v["overrides"])] == v["overrides"]
+
+
+def _report(env, contracts, status="pass"):
+    return {"status": status, "versions": {"vllm": env}, "generated_at": "t", "tests": {"wall_s": 1.0}, "tiers": {},
+            "contracts": contracts, "e2e": [{"model": "m", "check": "c", "result": "pass", "measured": "x"}]}
+
+
+def test_merge_fills_every_cell_and_never_passes_a_missing_version(tmp_path):
+    vs = list(matrix.versions().values())
+    c = {"contract": "sched", "outcome": "shimmed", "expected": "shimmed", "shim": "s", "reason": "r",
+         "unshimmed": {"error": "TypeError"}}
+    (tmp_path / f"{vs[0]['env']}.json").write_text(json.dumps(_report(vs[0]["env"], [c])))
+    m = matrix.merge(tmp_path)
+    assert [col["status"] for col in m["columns"]][1:] == ["not runnable here"] * (len(vs) - 1)
+    for row in m["rows"].values():
+        assert set(row) == set(matrix.versions()), "a blank cell"
+        assert all(cell["outcome"] for cell in row.values())
+    assert m["rows"]["sched"][list(matrix.versions())[1]]["outcome"] == "not runnable here"
+    html = matrix.to_html(m)
+    assert "<script" not in html and "http" not in html.split("</style>")[1]
