@@ -134,7 +134,7 @@ class ProbeContext:
             return None
         if bool(self.vllm_config.scheduler_config.async_scheduling) == resolved:
             return self.generator
-        if async_scheduling not in self._extra:
+        if self._extra.get(async_scheduling) is None and async_scheduling not in self._start_failures:
             from harness.contracts.base import Attempt
 
             start, gen = Attempt.run(lambda: HarnessGenerator(
@@ -143,6 +143,13 @@ class ProbeContext:
             self._extra[async_scheduling] = gen
             self._start_failures[async_scheduling] = start
         return self._extra[async_scheduling]
+
+    def release(self, gen) -> None:
+        """Close a generator started for one probe (its workers must not outlive the test)."""
+        for key, value in list(self._extra.items()):
+            if value is gen:
+                self._extra[key] = None
+        gen.close()
 
     def unobservable_async(self, requested: bool) -> str:
         from vllm.platforms import current_platform

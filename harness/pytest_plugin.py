@@ -230,7 +230,7 @@ def pytest_sessionfinish(session, exitstatus):
     from harness.report import build, write
 
     families = [load_fixture(m)["family"] for m in contracts.E2E_MODELS]
-    defined = set(contracts.keys(families))
+    defined = set(contracts.keys(families)) | set(contracts.e2e_keys())
     stale, exp_file = [], None
     if col.meta:
         try:
@@ -240,7 +240,7 @@ def pytest_sessionfinish(session, exitstatus):
             col.notes.append(str(e))
     tiers = {k: v for k, v in col.tiers.items() if v["tests"]}
     col.tests["wall_s"] = round(time.time() - col.started, 1)
-    not_observed = sorted(defined - set(col.observations)) if "contracts" in tiers else []
+    not_observed = sorted(set(contracts.keys(families)) - set(col.observations)) if "contracts" in tiers else []
     rep = build(config.getoption("--harness-env"), col.meta, list(col.observations.values()), col.e2e, tiers,
                 col.tests, stale, not_observed, exp_file, col.notes)
     j, m = write(rep, Path(config.getoption("--harness-report-dir")))
@@ -281,3 +281,16 @@ def pytest_runtest_makereport(item, call):
     if not any(allowed in reason for allowed in ALLOWED_SKIPS):
         report.outcome = "failed"
         report.longrepr = f"the GPU tier was asked for (model path given) but skipped for another reason: {reason}"
+
+
+@pytest.fixture
+def numerics_expected(expectations):
+    """`check(model, ok, measured)`: the e2e numeric checks must pass, unless the expectations say this vLLM
+    computes wrong numbers for the model (e2e[model] = broken), in which case they must fail (strict)."""
+    def check(model: str, ok: bool, measured: str) -> None:
+        exp = expectations["table"].get(f"e2e[{model}]")
+        if observe_only() or exp is None or exp.outcome.value != "broken":
+            assert ok, measured
+            return
+        assert not ok, f"e2e[{model}] is expected broken ({exp.reason}) but the numbers now match: {measured}"
+    return check

@@ -42,3 +42,9 @@ def global_ids() -> list[str]:
 def keys(families: list[str] | tuple[str, ...]) -> list[str]:
     """Every contract key a run over these model families observes."""
     return global_ids() + [f"{i}[{f}]" for f in families for i in PER_MODEL]
+
+
+def e2e_keys() -> list[str]:
+    """Optional expectation keys for the end-to-end numerics: present only where a vLLM is known to compute
+    wrong numbers for a model (outcome "broken"); absent means the numeric checks must pass."""
+    return [f"e2e[{m}]" for m in E2E_MODELS]

@@ -64,17 +64,19 @@ def observe(ctx, gen) -> dict:
 
 
 def probe(ctx) -> Observation:
-    per_mode: dict = {}
-    results = []
-    for requested in (False, True):
-        gen = ctx.generator_for(async_scheduling=requested)
-        if gen is None:
-            per_mode[str(requested)] = ctx.unobservable_async(requested)
-            continue
-        r = observe(ctx, gen)
-        results.append(r)
-        per_mode[str(requested)] = r["seen"]
-    unshimmed = next((r["unshimmed"] for r in results if not r["unshimmed"].ok), results[0]["unshimmed"])
-    shimmed = next((r["shimmed"] for r in results if not r["shimmed"].ok), results[0]["shimmed"])
+    """Classified on speculators' own configuration (the shared generator); the other async_scheduling
+    value, where the platform lets it run, is observed too and recorded (the guard is unconditional)."""
+    primary = observe(ctx, ctx.generator)
+    requested = bool(ctx.vllm_config.scheduler_config.async_scheduling)
+    per_mode = {str(requested): dict(primary["seen"], config="speculators' own")}
+    other = ctx.generator_for(async_scheduling=not requested)
+    if other is None:
+        per_mode[str(not requested)] = ctx.unobservable_async(not requested)
+    else:
+        try:
+            per_mode[str(not requested)] = dict(observe(ctx, other)["seen"], config="async_scheduling forced")
+        finally:
+            ctx.release(other)
     facts = {"by_async_scheduling": per_mode, "shim_selected": "engages when execute_model returns None"}
-    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else shimmed, facts)
+    unshimmed = primary["unshimmed"]
+    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else primary["shimmed"], facts)

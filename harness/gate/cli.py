@@ -37,6 +37,8 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="rewrite the used-surface fixture from the installed speculators first")
     p.add_argument("--dynamic", action="store_true",
                    help="also run the candidate's CPU env (tox -e vllmXYZ, minutes) and use what it observed")
+    p.add_argument("--use-reports", action="store_true",
+                   help="use what an earlier run of the candidate's CPU env observed (reports/vllmXYZ.json)")
     p.add_argument("--model-config", help="the target checkpoint's config.json: decides config-gated findings "
                    "(e.g. llama_4_scaling); without it they count as uncovered")
     p.set_defaults(fn=run)
@@ -90,8 +92,10 @@ def run(args) -> int:
         coverage.attach_checkpoint_config(comparison.findings + comparison.carried, _read_config(args.model_config))
     if args.dynamic:
         meta["dynamic_rc"] = dynamic.run_env(new)
-    gate = verdict.decide(old, new, comparison, contracts.ids(), entries,
-                          _dt.date.today(), dynamic.dynamic_check(new), dynamic.reason(new))
+    wanted = args.dynamic or args.use_reports
+    gate = verdict.decide(old, new, comparison, contracts.ids(), entries, _dt.date.today(),
+                          dynamic.dynamic_check(new) if wanted else None,
+                          dynamic.reason(new) if wanted else dynamic.NOT_REQUESTED)
     meta["timings"]["total"] = round(time.perf_counter() - t0, 2)
     gate.meta = meta
     _write(gate, args, verdict)

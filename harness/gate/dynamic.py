@@ -2,7 +2,7 @@
 
 The matrix (`fixtures/envs/matrix.toml`, `tox -m matrix`) has one env per vLLM CPU build. When the
 candidate version has one, `--dynamic` runs it (`tox -e <env>`, minutes) and the gate reads its
-report; without `--dynamic` an existing `reports/<env>.json` is read if it is for that version. The
+report; `--use-reports` reads an existing `reports/<env>.json` for that version instead. The
 contracts no source can decide (coverage.OUTSIDE, e.g. `import`) take the observed outcome, and a
 contract the run observed as broken makes the gate BROKEN whatever the static reading said.
 """
@@ -17,6 +17,7 @@ from harness.paths import REPO_ROOT, REPORTS
 
 #: Why `dynamic_check` has nothing to say; the gate prints it next to each contract it leaves open.
 NO_ENV = "no CPU env for this version"
+NOT_REQUESTED = "dynamic check not requested (--dynamic or --use-reports): only the static check ran"
 
 
 def env_for(version: str) -> str | None:

@@ -44,7 +44,7 @@ def run(request, runs, record_e2e):
     return r
 
 
-def test_batch_matches_transformers(run, record_e2e):
+def test_batch_matches_transformers(run, record_e2e, numerics_expected):
     """A multi-prompt batch (17..131 tokens, several blocks each): shapes, and equality with transformers."""
     model, gen = run.model, run.generator
     batch = prompts(6, 17, 131, seed=1, vocab=model.vocab_size)
@@ -60,7 +60,9 @@ def test_batch_matches_transformers(run, record_e2e):
     d = max_diff(results, ref)
     record_e2e(model.name, "vs transformers hidden_states[k+1], float32", "pass" if d <= TOL else "fail",
                f"max abs diff {d:.2e} (tolerance {TOL:g}); layers {gen.layer_ids}", max_abs_diff=d)
-    assert d <= TOL
+    numerics_expected(model.name, d <= TOL, f"max abs diff {d:.2e} > {TOL:g}")
+    if d > TOL:
+        return  # expected broken here (checked above): the off-by-one guard needs correct numbers
 
     off = max_diff(results, reference.hidden_states(model.path, batch, gen.layer_ids, offset=0))
     record_e2e(model.name, "off-by-one guard: vs hidden_states[k] must differ", "pass" if off > OFF_BY_ONE_MIN else "fail",
@@ -81,7 +83,7 @@ def test_same_batch_twice_is_bitwise_equal_and_complete(run, record_e2e):
     assert equal
 
 
-def test_many_prompts_over_several_scheduler_steps(run, record_e2e):
+def test_many_prompts_over_several_scheduler_steps(run, record_e2e, numerics_expected):
     """40 prompts of 17..134 tokens: more than speculators' 32 sequences per step, so several steps."""
     model, gen = run.model, run.generator
     batch = prompts(40, 17, 134, seed=3, vocab=model.vocab_size)
@@ -92,11 +94,11 @@ def test_many_prompts_over_several_scheduler_steps(run, record_e2e):
     tokens = sum(map(len, batch))
     record_e2e(model.name, "40 prompts, several scheduler steps, vs transformers", "pass" if d <= TOL else "fail",
                f"{tokens} tokens; max abs diff {d:.2e}", max_abs_diff=d, tokens=tokens)
-    assert d <= TOL
+    numerics_expected(model.name, d <= TOL, f"max abs diff {d:.2e} > {TOL:g}")
     assert gen.executor_view.steps - steps_before >= 2, "the batch fit in one scheduler step: nothing multi-step was tested"
 
 
-def test_prompt_alone_equals_prompt_in_batch(run, record_e2e):
+def test_prompt_alone_equals_prompt_in_batch(run, record_e2e, numerics_expected):
     model, gen = run.model, run.generator
     batch = prompts(5, 20, 90, seed=4, vocab=model.vocab_size)
     together = gen.generate(batch)
@@ -104,4 +106,4 @@ def test_prompt_alone_equals_prompt_in_batch(run, record_e2e):
     d = max(float((a - b).abs().max()) for a, b in zip(alone[0]["hidden_states"], together[2]["hidden_states"]))
     record_e2e(model.name, "a prompt alone vs inside a batch", "pass" if d <= TOL else "fail",
                f"max abs diff {d:.2e} (tolerance {TOL:g})", max_abs_diff=d)
-    assert d <= TOL
+    numerics_expected(model.name, d <= TOL, f"max abs diff {d:.2e} > {TOL:g}")
