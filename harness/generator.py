@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.contracts import driver_contracts
+from harness.contracts import driver_contracts, kv_layout
 from harness.contracts.kv_helpers import install_import_aliases
 from harness.contracts.speculators_import import apply_import
 from harness.executor_view import ExecutorView
@@ -129,6 +129,8 @@ def overrides(state: ShimState, options: Options = Options()) -> dict[str, Any]:
                             twophase_shim="twophase" not in state.disabled, rpc_timeout_s=state.rpc_timeout_s)
         state.executors[-1] = view
         view.collective_rpc("_harness_configure", args=(sorted(state.disabled),))
+        if kv_layout.CONTRACT.id not in state.disabled:
+            kv_layout.apply_executor(real, vllm_config)  # C-kvlayout: what EngineCore would do here
         return view
 
     real_tokenizer = current("AutoTokenizer")

@@ -27,7 +27,7 @@ from harness.paths import FIXTURES, REPO_ROOT
 
 MODELS_FIXTURES = FIXTURES / "models"
 #: Bump when the weight layout or the init rule changes: it is part of the cache key.
-GENERATOR_VERSION = 7
+GENERATOR_VERSION = 8
 
 
 @dataclass(frozen=True)
@@ -236,6 +236,10 @@ KIMI_K25_PREPROCESSOR = {
     "image_processor_type": "KimiK25ImageProcessor",
     "auto_map": {"AutoImageProcessor": "image_processing_kimi_k25.KimiK25ImageProcessor"},
     "num_frames_per_chunk": 4,
+    # vLLM 0.32 builds its own fused processor from this block of a Kimi-K2.5 preprocessor config.
+    "media_proc_cfg": {"patch_size": 14, "merge_kernel_size": [2, 2], "temporal_merge_kernel_size": 4,
+                       "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "in_patch_limit": 1024,
+                       "patch_limit_on_one_side": 64},
 }
 
 

@@ -223,8 +223,16 @@ def pytest_sessionfinish(session, exitstatus):
     if hasattr(config, "workerinput"):  # an xdist worker: the controller writes the report
         return
     col = _COLLECTOR
-    if config.getoption("--harness-no-report") or not (col.observations or col.e2e):
+    ran = {t for t, v in col.tiers.items() if v["tests"]} & {"contracts", "e2e", "bad_input", "gpu"}
+    if config.getoption("--harness-no-report") or not ran:
         return
+    if not col.meta:  # nothing observed (e.g. no generator started): still say which vLLM failed
+        from harness import versions
+
+        try:
+            col.meta = versions.snapshot()
+        except Exception as e:  # noqa: BLE001 - the report must still be written
+            col.notes.append(f"versions unknown: {e}")
     from harness import contracts, expectations as exp
     from harness.models import load_fixture
     from harness.report import build, write

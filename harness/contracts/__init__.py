@@ -9,7 +9,8 @@ from __future__ import annotations
 from importlib import import_module
 
 MODULES = (
-    "speculators_import", "scheduler_config", "memory", "kv_helpers", "scheduler", "request", "prefix_cache",
+    "speculators_import", "scheduler_config", "memory", "block_size", "kv_layout", "kv_helpers", "scheduler",
+    "request", "prefix_cache",
     "rpc", "twophase", "mla", "kimi_stack", "eagle3", "embed", "layers",
 )
 #: Contracts probed once per model architecture (key "id[family]"); the others once per vLLM.

@@ -50,12 +50,29 @@ def _backend_enum(name: str | None):
     return None
 
 
-def _selector_values(text_config: dict, backend: str | None = None) -> dict:
-    import torch
+def select_backend(head_size: int, dtype=None, use_mla: bool = False, backend: str | None = None,
+                   block_size: int = 16) -> str:
+    """Ask the installed platform which attention backend it would use; its class path, or what it raises.
 
-    return {"selected_backend": _backend_enum(backend), "head_size": int(text_config["kv_lora_rank"]) + int(text_config["qk_rope_head_dim"]),
-            "dtype": torch.bfloat16, "kv_cache_dtype": "auto", "block_size": 16, "use_v1": True, "use_mla": True,
-            "has_sink": False, "use_sparse": False, "use_mm_prefix": False}
+    The selector's signature changed across versions (a NamedTuple of fields from 0.16); arguments are
+    matched by name, and a NamedTuple parameter is built from the same values."""
+    import torch
+    from vllm.platforms import current_platform
+
+    fn = current_platform.get_attn_backend_cls
+    values = {"selected_backend": _backend_enum(backend), "head_size": int(head_size),
+              "dtype": dtype or torch.bfloat16, "kv_cache_dtype": "auto", "block_size": block_size, "use_v1": True,
+              "use_mla": use_mla, "has_sink": False, "use_sparse": False, "use_mm_prefix": False}
+    kwargs = {}
+    for name, param in inspect.signature(fn).parameters.items():
+        annotation = _resolve(fn, param.annotation)
+        if name in values:
+            kwargs[name] = values[name]
+        elif hasattr(annotation, "_fields"):  # e.g. AttentionSelectorConfig (a NamedTuple)
+            kwargs[name] = annotation(**{f: values[f] for f in annotation._fields if f in values})
+        elif param.default is inspect.Parameter.empty:
+            raise LookupError(f"cannot call {fn.__qualname__}{inspect.signature(fn)}: unknown parameter {name!r}")
+    return str(fn(**kwargs))
 
 
 SELECTOR_MODULES = ("vllm.v1.attention.selector", "vllm.attention.selector")
@@ -79,21 +96,9 @@ def _resolve(fn, annotation):
 
 
 def select_mla_backend(text_config: dict, backend: str | None = None) -> str:
-    """Ask the installed platform for an MLA attention backend (`backend` if given); its path, or what it raises."""
-    from vllm.platforms import current_platform
-
-    fn = current_platform.get_attn_backend_cls
-    values = _selector_values(text_config, backend)
-    kwargs = {}
-    for name, param in inspect.signature(fn).parameters.items():
-        annotation = _resolve(fn, param.annotation)
-        if name in values:
-            kwargs[name] = values[name]
-        elif hasattr(annotation, "_fields"):  # e.g. AttentionSelectorConfig (a NamedTuple)
-            kwargs[name] = annotation(**{f: values[f] for f in annotation._fields if f in values})
-        elif param.default is inspect.Parameter.empty:
-            raise LookupError(f"cannot call {fn.__qualname__}{inspect.signature(fn)}: unknown parameter {name!r}")
-    return str(fn(**kwargs))
+    """The platform's MLA backend for the model's latent head size (kv_lora_rank + qk_rope_head_dim)."""
+    return select_backend(int(text_config["kv_lora_rank"]) + int(text_config["qk_rope_head_dim"]), use_mla=True,
+                          backend=backend)
 
 
 def probe(subject: str, text_config: dict, started_with_env: bool, start_attempt: Attempt,

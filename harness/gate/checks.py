@@ -13,8 +13,8 @@ from __future__ import annotations
 import ast
 import re
 
-from harness.contracts import (eagle3, embed, kimi_stack, kv_helpers, layers, memory, mla, prefix_cache, request,
-                               rpc, twophase)
+from harness.contracts import (block_size, eagle3, embed, kimi_stack, kv_helpers, kv_layout, layers, memory, mla,
+                               prefix_cache, request, rpc, twophase)
 from harness.gate.facts import Fact
 from harness.gate.tree import Tree
 from harness.gate.used_surface import UsedSurface
@@ -315,8 +315,50 @@ def memory_budget(tree: Tree, used: UsedSurface, follower) -> list[Fact]:
                  fn is not None, "shim-dependency-missing", tree.where(fn if fn is not None else cls))]
 
 
+# -- C-kvlayout and C-blocksize: what EngineCore or the CPU attention kernels now require -------------------
+CACHE_CONFIG = "vllm.config.cache"
+LAYOUT_UNRESOLVED = "KV cache layout has not been resolved"
+LAYOUT_RESOLVER = "vllm.v1.attention.backends.utils"
+CPU_ATTENTION = ("vllm.v1.attention.backends.cpu_attn", "get_supported_kernel_block_sizes")
+
+
+def kv_layout_resolution(tree: Tree, used: UsedSurface, follower) -> list[Fact]:
+    f = tree.module_file(CACHE_CONFIG)
+    if f is None:
+        return [_not_found(kv_layout.CONTRACT.id, f"{CACHE_CONFIG}:CacheConfig", "layout", "vllm/config/cache.py")]
+    lines = tree.string_lines(CACHE_CONFIG, LAYOUT_UNRESOLVED)
+    resolver = tree.module_file(LAYOUT_RESOLVER)
+    has_resolver = resolver is not None and "def resolve_kv_cache_layout" in resolver.read_text()
+    return [Fact(kv_layout.CONTRACT.id, f"{CACHE_CONFIG}:CacheConfig.get_resolved_kv_cache_layout", "layout",
+                 "must be resolved by EngineCore first" if lines else "no resolution step", not lines,
+                 "layout-resolution-required", f"{f.relative_to(tree.root)}:{lines[0] if lines else 1}",
+                 detail={"resolver_present": has_resolver})]
+
+
+def cpu_kernel_block_sizes(tree: Tree, used: UsedSurface, follower) -> list[Fact]:
+    module, method = CPU_ATTENTION
+    f = tree.module_file(module)
+    if f is None:
+        return [Fact(block_size.CONTRACT.id, f"{module}:{method}", "block-size", "no CPU attention backend", True)]
+    node = next((n for n in ast.walk(_parse_file(f)) if isinstance(n, ast.FunctionDef) and n.name == method), None)
+    if node is None:
+        return [Fact(block_size.CONTRACT.id, f"{module}:{method}", "block-size", "declares none", True, None,
+                     f"{f.relative_to(tree.root)}:1")]
+    ret = next((n for n in ast.walk(node) if isinstance(n, ast.Return) and n.value is not None), None)
+    text = ast.unparse(ret.value) if ret is not None else "?"
+    ints = [int(x) for x in re.findall(r"(?<![\w(])(\d+)(?![\w)])", text)]
+    multiples = [int(x) for x in re.findall(r"MultipleOf\((\d+)\)", text)]
+    takes_16 = block_size.SPECULATORS_BLOCK_SIZE in ints or any(block_size.SPECULATORS_BLOCK_SIZE % m == 0 for m in multiples)
+    return [Fact(block_size.CONTRACT.id, f"{module}:{method}", "block-size", text, takes_16, "block-size-unsupported",
+                 f"{f.relative_to(tree.root)}:{node.lineno}", detail={"declared": text})]
+
+
+def _parse_file(path):
+    return ast.parse(path.read_text())
+
+
 CHECKS = (rpc_return, two_phase, embed_method, prefix_caching, block_hashes, eagle3_support, kimi_stack_path,
-          layer_calls, mla_platform, memory_budget)
+          layer_calls, mla_platform, memory_budget, kv_layout_resolution, cpu_kernel_block_sizes)
 
 
 def run_all(tree: Tree, used: UsedSurface, follower) -> list[Fact]:

@@ -112,6 +112,11 @@ COVERS: tuple[Cover, ...] = (
           and not any(f.detail["checkpoint_config"].get(layers.CONFIG_GATED[k])
                       for k in f.detail.get("not_passed_by_speculators", ())),
           f"the extras are config-gated ({', '.join(layers.CONFIG_GATED)}) and --model-config leaves them unset"),
+    Cover("kvlayout", "layout-resolution-required", "harness.contracts.kv_layout.apply_executor",
+          "resolves the layout from the workers' supported layouts and KV-cache specs and publishes it, as EngineCore does",
+          lambda f: bool(f.detail.get("resolver_present")), "resolve_kv_cache_layout exists"),
+    Cover("blocksize", "block-size-unsupported", "harness.contracts.block_size.apply",
+          "moves speculators' block size to the smallest one the attention backend declares"),
     Cover("mla", "platform-rejects-mla", "harness.contracts.mla.apply_env",
           "runs with VLLM_MLA_DISABLE=1: vLLM expands MLA to multi-head attention over the same weights",
           lambda f: bool(f.detail.get("env_defined")), "vllm.envs still defines VLLM_MLA_DISABLE"),

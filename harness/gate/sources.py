@@ -145,9 +145,9 @@ class _Links(HTMLParser):
                 self.links.append(a)
 
 
-def list_files() -> list[Artifact]:
-    """Every file the index lists for vLLM (all versions)."""
-    page = f"{index_url()}/{PROJECT}/"
+def list_files(project: str = PROJECT) -> list[Artifact]:
+    """Every file the index lists for a project (default vLLM; all versions)."""
+    page = f"{index_url()}/{project}/"
     try:
         with _open(page, ACCEPT) as resp:
             ctype = resp.headers.get("Content-Type", "")

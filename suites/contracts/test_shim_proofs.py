@@ -17,7 +17,7 @@ import pytest
 from harness import contracts
 from harness.contracts.base import Attempt, Outcome
 
-SHIMMED_CONTRACTS = ["schedcfg", "memory", "kvhelpers", "sched", "request", "prefixcache", "rpc", "twophase",
+SHIMMED_CONTRACTS = ["schedcfg", "memory", "blocksize", "kvlayout", "kvhelpers", "sched", "request", "prefixcache", "rpc", "twophase",
                      "embed", "eagle3", "kimistack"]
 PROMPTS = [[(7 * i + 3 * j) % 500 + 4 for j in range(40)] for i in range(2)]  # 2 full blocks and more each
 

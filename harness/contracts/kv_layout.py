@@ -1,0 +1,58 @@
+"""C-kvlayout: the KV-cache layout needs nothing from speculators.
+
+vLLM 0.32 resolves one KV-cache layout in EngineCore (`resolve_kv_cache_layout`, then
+`set_kv_cache_layout` on the workers) before the KV cache is planned, and reading an unresolved
+layout raises. speculators builds its own scheduler and KV-cache plan without EngineCore, so its
+generator fails at start-up. Shim: right after the executor starts, do what EngineCore does: resolve
+the layout from the workers' supported layouts and KV-cache specs and publish it. Native where the
+installed vLLM has no layout resolution.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from harness.contracts.base import Attempt, Contract, Observation
+
+CONTRACT = Contract(
+    id="kvlayout",
+    assumes="the KV-cache layout needs no resolution step before the KV cache is planned",
+    failures=(r"KV cache layout has not been resolved",),
+    shim="harness.contracts.kv_layout.apply_executor",
+)
+
+
+def _resolver():
+    for module in ("vllm.v1.attention.backends.utils",):
+        try:
+            return getattr(importlib.import_module(module), "resolve_kv_cache_layout")
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+def needed(vllm_config) -> bool:
+    cc = vllm_config.cache_config
+    return _resolver() is not None and hasattr(cc, "get_resolved_kv_cache_layout") and cc.kv_cache_layout is None
+
+
+def apply_executor(real_executor, vllm_config) -> str | None:
+    """Resolve and publish the layout as EngineCore does; returns its name (None when not needed)."""
+    if not needed(vllm_config):
+        return None
+    specs = real_executor.collective_rpc("get_kv_cache_spec")
+    layout = _resolver()(vllm_config, real_executor.collective_rpc("get_supported_kv_cache_layouts"),
+                         [s for per_rank in specs for s in per_rank.values()])
+    real_executor.collective_rpc("set_kv_cache_layout", args=(layout.name,))
+    return layout.name
+
+
+def probe(ctx) -> Observation:
+    fresh = ctx.speculators_vllm_config()  # the config speculators builds, no EngineCore ran on it
+    cc = fresh.cache_config
+    if not hasattr(cc, "get_resolved_kv_cache_layout"):
+        return Observation(CONTRACT, Attempt(True), None, {"layout_resolution": "absent in this vLLM"})
+    unshimmed, _ = Attempt.run(cc.get_resolved_kv_cache_layout)
+    shimmed, layout = Attempt.run(ctx.vllm_config.cache_config.get_resolved_kv_cache_layout)
+    facts = {"resolved_layout": str(layout) if layout is not None else None, "shim_selected": needed(fresh)}
+    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else shimmed, facts)

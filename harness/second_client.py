@@ -1,0 +1,128 @@
+"""Ground truth from a second client: speculators 0.4.0's own generator, which ported the same fixes upstream.
+
+speculators 0.4.0 adapted its in-process generator to vLLM 0.12-0.16 itself (two-phase execution,
+block hashes, single-reply RPC, ...). Run unshimmed in a vLLM it supports, its hidden states must
+equal ours (speculators 0.3.0 through the harness's shims) on the same prompts.
+
+Both releases are the package `speculators`, so 0.4.0 runs in a child interpreter whose path puts
+the unpacked 0.4.0 wheel first (its vLLM workers inherit that path). Two things are changed in it,
+neither a vLLM contract: on a CPU build its `mem_get_info()` sees no accelerator and returns 0 bytes
+(the platform's KV-cache space is given instead), and the dtype is pinned to float32 (an option, as
+for ours). Its supported vLLM range is read from its own wheel metadata.
+
+    python -m harness.second_client --wheel-dir DIR --model PATH --layers 1,3 --prompts FILE --out FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from harness.paths import REPO_ROOT
+
+VERSION = "0.4.0"
+
+
+def wheel_dir(cache: Path | None = None) -> Path:
+    """speculators 0.4.0 unpacked (downloaded once with pip into .cache/)."""
+    root = Path(cache or REPO_ROOT / ".cache" / f"speculators-{VERSION}")
+    tree = root / "tree"
+    if not (tree / "speculators" / "data_generation" / "vllm_hidden_states_generator.py").is_file():
+        from packaging.version import Version
+
+        from harness.gate import sources
+
+        root.mkdir(parents=True, exist_ok=True)
+        wheel = next(a for a in sources.list_files("speculators")
+                     if a.kind == "wheel" and sources.file_version(a) == Version(VERSION))
+        whl = sources._download(wheel, root)  # checked against the index's sha256
+        tmp = root / "tree.tmp"
+        with zipfile.ZipFile(whl) as z:
+            z.extractall(tmp)
+        os.replace(tmp, tree)
+        whl.unlink()
+    return tree
+
+
+def supported_range(tree: Path) -> str:
+    """The vLLM range 0.4.0 declares for its data generation (its `datagen` extra)."""
+    meta = next(tree.glob("speculators-*.dist-info")) / "METADATA"
+    for line in meta.read_text().splitlines():
+        if line.startswith("Requires-Dist: vllm") and 'extra == "datagen"' in line:
+            return line.split("vllm", 1)[1].split(";")[0].strip()
+    raise LookupError(f"{meta} declares no vLLM range for datagen")
+
+
+def supports_installed_vllm(tree: Path) -> tuple[bool, str]:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    from harness.versions import vllm_version
+
+    spec, installed = supported_range(tree), vllm_version()
+    release = Version(".".join(map(str, Version(installed).release[:3])))  # 0.11.1.post2 -> 0.11.1
+    return release in SpecifierSet(spec), f"speculators {VERSION} declares vllm{spec}; installed {installed}"
+
+
+def run(tree: Path, model_path: Path, layers: list[int], prompts: list[list[int]], out: Path) -> dict:
+    """Run 0.4.0's generator in a child interpreter; returns {"hidden_states": [[per layer] per prompt]} (torch)."""
+    import torch
+
+    spec = out.with_suffix(".prompts.json")
+    spec.write_text(json.dumps(prompts))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "harness.second_client", "--model", str(model_path),
+                           "--layers", ",".join(map(str, layers)), "--prompts", str(spec), "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"speculators {VERSION}'s generator failed: {proc.stderr.strip().splitlines()[-5:]}")
+    return torch.load(out)
+
+
+def _child(args) -> int:
+    """In the child: speculators here is 0.4.0 (first on the path)."""
+    import speculators
+    import torch
+
+    import speculators.data_generation.vllm_hidden_states_generator as mod
+
+    from harness.contracts.memory import platform_mem_get_info
+    from harness.namespace import rebind
+
+    real_model_config = mod.ModelConfig
+
+    def ModelConfig(**kwargs):  # noqa: N802 - the dtype option, as for our generator
+        kwargs["dtype"] = "float32"
+        return real_model_config(**kwargs)
+
+    overrides = {"ModelConfig": ModelConfig}
+    if not torch.cuda.is_available():
+        overrides["mem_get_info"] = platform_mem_get_info
+    cls = rebind(mod.VllmHiddenStatesGenerator, overrides)
+    prompts = json.loads(Path(args.prompts).read_text())
+    gen = cls(args.model, [int(x) for x in args.layers.split(",")], max_model_len=512)
+    try:
+        results = gen.generate(prompts)
+    finally:
+        gen.executor.shutdown()
+    torch.save({"speculators_file": speculators.__file__,
+                "hidden_states": [[h.float() for h in r["hidden_states"]] for r in results],
+                "input_ids": [r["input_ids"].tolist() for r in results]}, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", required=True)
+    p.add_argument("--layers", required=True)
+    p.add_argument("--prompts", required=True)
+    p.add_argument("--out", required=True)
+    a = p.parse_args()
+    rc = _child(a)
+    sys.stdout.flush()
+    os._exit(rc)
