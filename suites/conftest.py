@@ -24,12 +24,17 @@ class ModelRun:
     ctx: object
     mla: object  # the C-mla observation made while starting
     absent: str | None = None  # why this vLLM cannot run the model at all (e.g. no such architecture yet)
+    failed: object = None  # the start attempt, when the shimmed generator could not start
 
-    def not_applicable(self, contract):
-        """The observation for a per-model contract when the architecture is absent from this vLLM."""
+    def unavailable(self, contract):
+        """The observation for a per-model contract when no generator runs: n/a (architecture absent from
+        this vLLM) or broken (it did not start through the shims)."""
         from harness.contracts.base import Attempt, Observation
 
-        return Observation(contract, Attempt(True), None, {}, not_applicable=self.absent, subject=self.model.family)
+        if self.absent:
+            return Observation(contract, Attempt(True), None, {}, not_applicable=self.absent, subject=self.model.family)
+        why = Attempt.failed("GeneratorDidNotStart", f"the shimmed generator did not start: {self.failed.text}")
+        return Observation(contract, why, None, {"start": self.failed.text}, subject=self.model.family)
 
 
 def missing_architecture(arch: str) -> str | None:
@@ -52,12 +57,12 @@ def _start(name: str) -> ModelRun:
     absent = missing_architecture(model.architecture)
     if absent:
         return ModelRun(model, None, None, None, absent=absent)
-    with_env = mla.prepare(model)
-    start, gen = Attempt.run(lambda: HarnessGenerator(model.path, SHARED_LAYERS[name], max_model_len=MAX_MODEL_LEN,
-                                                      options=options_for(model, dtype="float32")))
+    gen, start, with_env, mla_start = mla.start(model, lambda: HarnessGenerator(
+        model.path, SHARED_LAYERS[name], max_model_len=MAX_MODEL_LEN, options=options_for(model, dtype="float32")))
+    observed = mla.probe(model.family, tc, with_env, start, mla_start=mla_start)
     if not start.ok:
-        raise RuntimeError(f"the shimmed generator did not start on {name}: {start.text}")
-    return ModelRun(model, gen, ProbeContext(model, gen), mla.probe(model.family, tc, with_env, start))
+        return ModelRun(model, None, None, observed, failed=start)
+    return ModelRun(model, gen, ProbeContext(model, gen), observed)
 
 
 @pytest.fixture(scope="session")

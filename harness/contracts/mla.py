@@ -21,7 +21,7 @@ from harness.contracts.base import Attempt, Contract, Observation
 CONTRACT = Contract(
     id="mla",
     assumes="MLA attention runs on this platform (no VLLM_MLA_DISABLE needed)",
-    failures=(r"MLA is not supported on", r"MLA.*(not supported|unsupported)"),
+    failures=(r"MLA is not supported on", r"MLA.*(not supported|unsupported)", r"did not start with MLA on"),
     shim="harness.contracts.mla.apply_env (VLLM_MLA_DISABLE=1)",
 )
 
@@ -102,11 +102,15 @@ def select_mla_backend(text_config: dict, backend: str | None = None) -> str:
 
 
 def probe(subject: str, text_config: dict, started_with_env: bool, start_attempt: Attempt,
-          backend: str | None = None) -> Observation:
-    """`start_attempt`: the shared generator's start; `started_with_env`: whether it needed VLLM_MLA_DISABLE."""
+          backend: str | None = None, mla_start: Attempt | None = None) -> Observation:
+    """`start_attempt`: the shared generator's start; `started_with_env`: whether it needed VLLM_MLA_DISABLE;
+    `mla_start`: a start with MLA on that failed although the selector offered an MLA backend."""
     if not is_mla(text_config):
         return Observation(CONTRACT, Attempt(True), None, {}, not_applicable="model has no MLA", subject=subject)
     unshimmed, chosen = Attempt.run(lambda: select_mla_backend(text_config, backend))
+    if unshimmed.ok and mla_start is not None and not mla_start.ok:
+        unshimmed = Attempt.failed("RuntimeError", f"the selector offers {chosen}, but the executor did not start "
+                                   f"with MLA on: {mla_start.text}")
     facts = {"head_size": int(text_config["kv_lora_rank"]) + int(text_config["qk_rope_head_dim"]),
              "requested_backend": backend, "selected_backend": chosen, "ran_with_VLLM_MLA_DISABLE": started_with_env}
     if unshimmed.ok and started_with_env:
@@ -132,3 +136,20 @@ def prepare(model, backend: str | None = None) -> bool:
                 apply_env()
         _PREPARED[model.name] = disable
     return _PREPARED[model.name]
+
+
+def start(model, start_fn, backend: str | None = None):
+    """Start a generator for `model` (`start_fn`), disabling MLA where this platform cannot run it.
+
+    Asks the platform first (`prepare`); where the selector offers MLA but the executor then fails to
+    start (seen: vLLM 0.28's CPU MLA backend importing a CUDA-only helper), retries once with MLA
+    disabled. Returns (generator or None, the start attempt that counts, MLA disabled?, failed MLA start).
+    """
+    disabled = prepare(model, backend)
+    first, gen = Attempt.run(start_fn)
+    if first.ok or disabled or not is_mla(model.text_config):
+        return gen, first, disabled, None
+    apply_env()
+    _PREPARED[model.name] = True
+    second, gen = Attempt.run(start_fn)
+    return gen, second, True, first

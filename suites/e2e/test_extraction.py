@@ -41,6 +41,9 @@ def run(request, runs, record_e2e):
     if r.absent:
         record_e2e(r.model.name, "runs on this vLLM", "n/a", r.absent)
         pytest.skip(r.absent)
+    if r.generator is None:
+        record_e2e(r.model.name, "runs on this vLLM", "fail", r.failed.text)
+        pytest.fail(f"the shimmed generator did not start on {r.model.name}: {r.failed.text}")
     return r
 
 

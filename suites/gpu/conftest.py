@@ -64,7 +64,6 @@ def tier(request):
 
     from harness import gpu_tier, versions
     from harness.contracts import mla
-    from harness.contracts.base import Attempt
     from harness.generator import HarnessGenerator, text_config
     from harness.models import TinyModel
 
@@ -78,16 +77,15 @@ def tier(request):
     # The family names the checkpoint's architecture the way the expectations do (llama, deepseek_v3, kimi_k25).
     run.model = TinyModel(run.model_name, Path(cfg.model_path), hf.get("model_type", ""), hf, "")
     run.facts["family"] = run.model.family
-    run.facts["mla_disabled"] = mla.prepare(run.model, cfg.attention_backend)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model_path, trust_remote_code=True)
     run.prompts = gpu_tier.load_prompts(cfg.prompts_file, tokenizer)
     t0 = time.perf_counter()
-    start, run.generator = Attempt.run(lambda: HarnessGenerator(
+    run.generator, start, run.facts["mla_disabled"], mla_start = mla.start(run.model, lambda: HarnessGenerator(
         cfg.model_path, cfg.layer_ids, max_model_len=cfg.max_model_len, gpu_memory_utilization=cfg.gpu_memory_utilization,
-        tensor_parallel_size=cfg.tp, options=_options(cfg, hf)))
+        tensor_parallel_size=cfg.tp, options=_options(cfg, hf)), cfg.attention_backend)
     if not start.ok:
         raise RuntimeError(f"the shimmed generator did not start on {cfg.model_path}: {start.text}")
-    run.mla = mla.probe(run.model.family, tc, run.facts["mla_disabled"], start, cfg.attention_backend)
+    run.mla = mla.probe(run.model.family, tc, run.facts["mla_disabled"], start, cfg.attention_backend, mla_start)
     run.facts["generator_start_s"] = round(time.perf_counter() - t0, 2)
     run.facts["layer_ids"] = run.generator.layer_ids
     run.facts["engaged_shims"] = run.generator.engaged_shims()
