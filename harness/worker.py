@@ -27,17 +27,6 @@ _SPECULATORS_AS_SHIPPED = HiddenStatesWorkerExtension
 _SPECULATORS_EAGLE3_SHIM = rebind(HiddenStatesWorkerExtension, {"supports_eagle3": eagle3.accepting})
 
 
-def decoder_stack(model):
-    """The module holding the decoder layers (model.model, or Kimi-K2.5's language model stack)."""
-    path = kimi_stack.stack_path(model)
-    if path is None:
-        raise AttributeError(f"{type(model).__name__} has no decoder stack with .layers")
-    obj = model
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def setup_capture(worker, layer_ids, disabled: frozenset) -> dict:
     """speculators' capture set-up with the worker shims not in `disabled`; returns which ones engaged."""
     from vllm.model_executor.models.interfaces import supports_eagle3
@@ -76,6 +65,10 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
 
     def _setup_hidden_states_capture(self, layer_ids: list[int]):
         setup_capture(self, layer_ids, self._harness_disabled)
+
+    def _harness_setup_attempts(self, layer_ids, contract_id: str) -> dict:
+        """For worker-side probes: speculators' set-up without one shim, then with the configured ones."""
+        return setup_attempts(self, layer_ids, contract_id)
 
     def _harness_engaged_shims(self) -> dict:
         return dict(self._harness_engaged)

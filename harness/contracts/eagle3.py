@@ -26,7 +26,7 @@ STACK_ATTRS = ("layers", "start_layer", "end_layer", "norm")
 
 
 def patchable(model) -> bool:
-    from harness.worker import decoder_stack
+    from harness.contracts.kimi_stack import decoder_stack
 
     try:
         stack = decoder_stack(model)
@@ -45,10 +45,8 @@ def accepting(model) -> bool:
 def worker_probe(worker, layer_ids) -> dict:
     from vllm.model_executor.models.interfaces import supports_eagle3
 
-    from harness.worker import setup_attempts
-
     model = worker.model_runner.model
-    r = setup_attempts(worker, layer_ids, CONTRACT.id)
+    r = worker._harness_setup_attempts(layer_ids, CONTRACT.id)
     r["facts"] = {"model": type(model).__name__, "supports_eagle3": bool(supports_eagle3(model)),
                   "stack_patchable": patchable(model)}
     return r

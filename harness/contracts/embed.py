@@ -42,7 +42,7 @@ def worker_probe(worker) -> dict:
     """Runs inside a vLLM worker (sent as an RPC)."""
     import torch
 
-    from harness.worker import decoder_stack
+    from harness.contracts.kimi_stack import decoder_stack
 
     stack = decoder_stack(worker.model_runner.model)
     ids = torch.tensor([1, 2, 3], device=next(stack.parameters()).device)

@@ -38,6 +38,17 @@ def stack_path(model) -> str | None:
     return None
 
 
+def decoder_stack(model):
+    """The module holding the decoder layers (model.model, or Kimi-K2.5's language model stack)."""
+    path = stack_path(model)
+    if path is None:
+        raise AttributeError(f"{type(model).__name__} has no decoder stack with .layers")
+    obj = model
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 def apply_worker(model) -> bool:
     if "model" in model.__dict__ or _has(model, "model"):
         return False
@@ -60,14 +71,12 @@ def _has(model, name: str) -> bool:
 
 
 def worker_probe(worker, layer_ids) -> dict:
-    from harness.worker import setup_attempts
-
     model = worker.model_runner.model
     alias = model.__dict__.get("model")
     facts = {"model": type(model).__name__, "stack_path": stack_path(model) if alias is None else "model (alias)"}
     if alias is None and _has(model, "model"):
         return {"not_applicable": f"{type(model).__name__} has .model", "facts": facts}
-    r = setup_attempts(worker, layer_ids, CONTRACT.id)
+    r = worker._harness_setup_attempts(layer_ids, CONTRACT.id)
     r["facts"] = facts
     return r
 

@@ -28,7 +28,7 @@ CONFIG_GATED = {"llama_4_scaling": "llama_4_scaling"}
 
 
 def worker_probe(worker) -> dict:
-    from harness.worker import decoder_stack
+    from harness.contracts.kimi_stack import decoder_stack
 
     stack = decoder_stack(worker.model_runner.model)
     layers = list(stack.layers)[stack.start_layer:stack.end_layer]

@@ -254,7 +254,7 @@ def _passed(call: ast.Call) -> list[str]:
 
 
 def layer_calls(tree: Tree, used: UsedSurface, follower) -> list[Fact]:
-    from harness.gate.static import Ref, call_facts
+    from harness.gate.calls import Ref, call_facts
 
     spec_calls = used.calls_named("layer")
     if not spec_calls:
