@@ -77,8 +77,11 @@ def draft(report: dict) -> str:
              f"{report['platform']['device_type']} build.", "# Drafted from an observed run, then reviewed.",
              f'vllm = "{v["vllm"]}"', f'platform = "{report["platform"]["device_type"]}"', 'speculators = "0.3.0"', "",
              "[contracts]"]
+    reasons = tomllib.loads((directory() / "reasons.toml").read_text()) if (directory() / "reasons.toml").is_file() else {}
     for c in report["contracts"]:
-        reason = (c.get("expected_reason") or c["reason"]).replace("\\", "/").replace('"', "'")
+        cid = c["contract"].split("[")[0]
+        reason = (c.get("expected_reason") or reasons.get(cid, {}).get(c["outcome"]) or c["reason"])
+        reason = reason.replace("\\", "/").replace('"', "'")
         key = c["contract"] if "[" not in c["contract"] else f'"{c["contract"]}"'
         lines.append(f'{key} = {{ outcome = "{c["outcome"]}", reason = "{reason[:300]}" }}')
     return "\n".join(lines) + "\n"

@@ -20,7 +20,7 @@ from harness.gate import checks, coverage
 from harness.gate.facts import Fact, Finding
 from harness.gate.tree import Tree, TreeError, analyse
 from harness.gate.calls import Ref, call_facts  # noqa: F401 - Ref is part of this module's vocabulary
-from harness.gate.used_surface import Call, UsedSurface
+from harness.gate.used_surface import UsedSurface
 
 
 # -- following speculators' expressions into vLLM ------------------------------------------------------
