@@ -43,6 +43,8 @@ def tox_section() -> str:
     for ver, v in vs.items():
         if v["overrides"]:
             lines.append(f"    {v['env']}: UV_OVERRIDE = {{toxinidir}}/fixtures/envs/vllm-{ver}.override.txt")
+        if v.get("preload"):
+            lines.append(f"    {v['env']}: LD_PRELOAD = {':'.join(v['preload'])}")
     lines += ["commands_pre =",
               "    uv pip install --quiet --python {envpython} --no-deps speculators==0.3.0",
               "    python -m harness envfix",
