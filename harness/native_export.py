@@ -347,6 +347,8 @@ def read_export(path: str, *, remove: bool = True) -> tuple[dict, bool]:
         fd = os.open(lock, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
+            if not os.path.exists(path):  # the writer let go without writing: its thread or process died
+                raise FileNotFoundError(f"{lock} was released but {path} was never written (the writer failed)")
             data = load_file(path, device="cpu")
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -478,6 +480,15 @@ class NativeExporter:
             raise NativeExportError("start", exc, root_cause(log), log) from exc
         self.start_s = time.perf_counter() - t0
 
+    def _root_cause_after_failure(self, wait_s: float = 10.0) -> str | None:
+        """The engine's own error, once it has reached the log (a dying writer logs just after letting go)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            cause = root_cause(self._log())
+            if cause or time.monotonic() > deadline:
+                return cause
+            time.sleep(0.5)
+
     def _log(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")
@@ -506,7 +517,10 @@ class NativeExporter:
             if not path:
                 raise NativeExportError("extract", KeyError(f"no hidden_states_path in kv_transfer_params {params}"),
                                         None, "")
-            data, waited = read_export(path, remove=not keep_files)
+            try:
+                data, waited = read_export(path, remove=not keep_files)
+            except OSError as exc:
+                raise NativeExportError("extract", exc, self._root_cause_after_failure(), self._log()) from exc
             layout = {k: (tuple(v.shape), str(v.dtype).replace("torch.", "")) for k, v in data.items()}
             hs = data.get("hidden_states")
             if hs is None or hs.dim() != 3 or hs.shape[1] != len(self.engine_ids):

@@ -1,0 +1,413 @@
+"""Cross-check: our extraction (speculators 0.3.0 through the shims) against vLLM's native export (>= 0.17).
+
+Same tiny model files, same prompts, float32 on both sides. Ours is the session's shared generator
+(`runs(name)`, its layers in speculators' convention); theirs is vLLM's own
+`extract_hidden_states` + `ExampleHiddenStatesConnector`, asked for the same layers through
+`native_export.map_layer_ids` (speculators' k -> native k + 1).
+
+* Agreement: max abs diff <= 1e-5 over all prompts and layers. Both sides run the same vLLM model
+  code and kernels; what differs is the batch each forward sees (different schedulers), which changes
+  matmul blocking, so bitwise equality is not promised. Hidden states here are O(1)-O(4).
+* The unmapped ids (the same numbers handed to vLLM) must NOT agree (differ by > 1e-2: one whole
+  decoder layer), or the comparison could not tell the conventions apart.
+* The native path's own contracts are probed and recorded per model as rows "native:<model>".
+* Throughput of both paths on the same prompts, best of 3 after a warm-up, as a ratio.
+
+Where this vLLM has no native path (< 0.17), or it does not run on this platform, the rows say
+"n/a" with vLLM's own exception text and the tests skip with it.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from harness import contracts
+from harness import native_export as nx
+from harness.contracts.base import Attempt
+
+TOL = 1e-5
+UNMAPPED_MIN = 1e-2
+REPEATS = 3
+
+
+def prompts_for(vocab: int) -> list[list[int]]:
+    """Six prompts of 17..96 tokens: several KV blocks each, small enough for a 2-core machine."""
+    rng = random.Random(21)
+    return [[rng.randrange(4, vocab) for _ in range(rng.randint(17, 96))] for _ in range(6)]
+
+
+# -- the mapping, at both ends (no vLLM needed) --------------------------------------------------------
+@pytest.mark.parametrize("n", [4, 6, 61])
+def test_layer_map_first_layer(n):
+    """speculators' 0 (output of layer 0) is native 1 (input of layer 1), and back."""
+    assert nx.map_layer_ids([0], n) == [1]
+    assert nx.map_layer_ids([1], n, to="speculators") == [0]
+
+
+@pytest.mark.parametrize("n", [4, 6, 61])
+def test_layer_map_last_layer(n):
+    """speculators' n-1 (last layer's output) is native n (vLLM's id for the final pre-norm output), and back."""
+    assert nx.map_layer_ids([n - 1], n) == [n]
+    assert nx.map_layer_ids([n], n, to="speculators") == [n - 1]
+
+
+def test_layer_map_round_trip_keeps_order():
+    ids = [5, 1, 3, 0]
+    assert nx.map_layer_ids(ids, 6) == [6, 2, 4, 1]
+    assert nx.map_layer_ids(nx.map_layer_ids(ids, 6), 6, to="speculators") == ids
+
+
+@pytest.mark.parametrize("ids,to", [([6], "native"), ([-1], "native"), ([0], "speculators"), ([7], "speculators")])
+def test_layer_map_refuses_out_of_range(ids, to):
+    """Native 0 (the embeddings) has no speculators id; nothing wraps around silently."""
+    with pytest.raises(ValueError):
+        nx.map_layer_ids(ids, 6, to=to)
+
+
+# -- reading the files, and reading vLLM's log (no engine needed) ------------------------------------------
+def test_read_export_waits_for_the_writers_lock(tmp_path):
+    """The async writer's protocol (vLLM >= 0.22): the reader sleeps on the lock until the writer lets go.
+
+    A thread stands in for vLLM's writer thread exactly as it behaves: it holds LOCK_EX on `<file>.lock`
+    (its own open file, so the lock conflicts with ours) while it writes, then closes the descriptor.
+    """
+    import fcntl
+    import os
+    import threading
+
+    import torch
+    from safetensors.torch import save_file
+
+    path = str(tmp_path / "req-0.safetensors")
+    fd = os.open(path + ".lock", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    tensors = {"hidden_states": torch.arange(24, dtype=torch.float32).reshape(4, 2, 3),
+               "token_ids": torch.tensor([5, 6, 7, 8])}
+    released = []
+
+    def writer():
+        time.sleep(0.5)
+        save_file(tensors, path)
+        released.append(time.perf_counter())
+        os.close(fd)  # releases LOCK_EX
+
+    t = threading.Thread(target=writer)
+    t.start()
+    data, waited = nx.read_export(path)
+    done = time.perf_counter()
+    t.join()
+    assert waited and released and done >= released[0]
+    assert torch.equal(data["hidden_states"], tensors["hidden_states"]) and data["token_ids"].tolist() == [5, 6, 7, 8]
+    assert not os.path.exists(path + ".lock") and not os.path.exists(path)
+
+
+def test_read_export_without_lock_and_missing_file(tmp_path):
+    """The synchronous writer (0.17-0.20) leaves no lock; a path with neither file nor lock is a clear error."""
+    import torch
+    from safetensors.torch import save_file
+
+    path = str(tmp_path / "req-1.safetensors")
+    save_file({"hidden_states": torch.zeros(2, 1, 3), "token_ids": torch.tensor([1, 2])}, path)
+    data, waited = nx.read_export(path, remove=False)
+    assert not waited and tuple(data["hidden_states"].shape) == (2, 1, 3)
+    with pytest.raises(FileNotFoundError):
+        nx.read_export(str(tmp_path / "absent.safetensors"))
+
+
+def test_read_export_when_the_writer_dies(tmp_path):
+    """Seen on vLLM 0.32 (CPU): the writer's lock is released (its process died) but no file was written."""
+    import fcntl
+    import os
+
+    path = str(tmp_path / "req-2.safetensors")
+    fd = os.open(path + ".lock", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.close(fd)  # let go without writing
+    with pytest.raises(FileNotFoundError, match="never written"):
+        nx.read_export(path)
+
+
+#: Lines as vLLM 0.20 printed them on this machine when its CPU runner could not start the native path.
+VLLM_LOG = """\
+(Worker pid=30433) ERROR 12-01 10:06:15 [multiproc_executor.py:962] WorkerProc hit an exception.
+(Worker pid=30433) ERROR 12-01 10:06:15 [multiproc_executor.py:962] Traceback (most recent call last):
+(Worker pid=30433) ERROR 12-01 10:06:15 [multiproc_executor.py:962]   File "/x/site-packages/vllm/v1/worker/gpu_model_runner.py", line 5546, in _dummy_run
+(Worker pid=30433) ERROR 12-01 10:06:15 [multiproc_executor.py:962]     hidden_states, _ = outputs
+(Worker pid=30433) ERROR 12-01 10:06:15 [multiproc_executor.py:962] ValueError: too many values to unpack (expected 2)
+(EngineCore pid=30420) ERROR 12-01 10:06:15 [core.py:1136] RuntimeError: Worker failed with error 'too many values to unpack (expected 2)', please check the stack trace above for the root cause
+"""
+
+
+def test_root_cause_is_the_first_real_exception():
+    """What reaches the caller is a wrapper; the report needs the worker's own exception and where it was raised."""
+    cause = nx.root_cause(VLLM_LOG)
+    assert cause == "ValueError: too many values to unpack (expected 2) @ vllm/v1/worker/gpu_model_runner.py:5546 in _dummy_run"
+    assert nx.root_cause("INFO all good\n") is None
+
+
+# -- one native engine per model, shared by the tests below ------------------------------------------------
+@dataclass
+class NativeRun:
+    name: str
+    ours: object  # the shared ModelRun
+    layer_ids: list[int] = field(default_factory=list)  # speculators' ids the native run was asked for
+    exporter: nx.NativeExporter | None = None
+    first: list | None = None  # the first extraction (the agreement prompts)
+    start: Attempt | None = None
+    called: str = ""
+    skip: str | None = None  # why the native comparison cannot run here
+    skip_result: str = "n/a"
+    last_layer: nx.NativeProbe | None = None  # native id n (the last layer's output) exported?
+
+    @property
+    def model(self):
+        return self.ours.model
+
+
+def _layers(ours) -> list[int]:
+    """The shared generator's layers (speculators' convention); both ends where it did not start."""
+    if ours.generator is not None:
+        return list(ours.generator.layer_ids)
+    return [0, ours.model.num_layers - 1]
+
+
+def _need_ours(nr: NativeRun, record_e2e, check: str) -> None:
+    """A comparison needs our side too: where the shared generator did not start, that is a failure of ours."""
+    if nr.ours.generator is None:
+        why = f"our generator did not start on {nr.name}: {nr.ours.failed.text}"
+        record_e2e(f"native:{nr.name}", check, "fail", why)
+        pytest.fail(why)
+
+
+def _start(name: str, runs) -> NativeRun:
+    """Ours first (it makes the MLA decision and proves the model runs here), then vLLM's native path."""
+    ours = runs(name)
+    nr = NativeRun(name, ours)
+    if ours.absent:
+        nr.skip = ours.absent
+        return nr
+    ok, why = nx.availability()
+    if not ok:
+        nr.skip = f"no native hidden-state export in this vLLM: {why}"
+        return nr
+    from harness.pytest_plugin import adopt_session_processes
+
+    model = ours.model
+    layers = _layers(ours)
+    prompts = prompts_for(model.vocab_size)
+    last = model.num_layers - 1
+    last_check = f"native id {model.num_layers} (last layer's output, speculators' {last}) exported"
+    without_last: nx.NativeExportError | None = None  # the first failure, when the last layer was then dropped
+    while True:
+        nr.layer_ids = layers
+        nr.called = (f"LLM({model.architecture}, dtype=float32, speculative_config={{method: {nx.METHOD}, "
+                     f"eagle_aux_hidden_state_layer_ids: {sorted(set(nx.map_layer_ids(layers, model.num_layers)))}}}, "
+                     f"kv_connector={nx.CONNECTOR}).generate(max_tokens=1)")
+        exporter = None
+        try:
+            exporter = nx.NativeExporter(model, layers)
+            first = exporter.extract(prompts)
+        except nx.NativeExportError as e:
+            if exporter is not None:
+                exporter.close()
+            attempt = Attempt.failed(type(e.error).__name__, str(e), stage=e.stage, root_cause=e.root_cause)
+            if e.stage == "extract" and last in layers and len(set(layers)) > 1 and without_last is None:
+                # Started, then failed on real requests: try again without the last layer's output, the one id
+                # some model classes do not capture (their loop collects inputs of layers 0..n-1 only).
+                without_last, first_called = e, nr.called
+                layers = [k for k in layers if k != last]
+                continue
+            if without_last is not None:
+                nr.last_layer = _last_layer_verdict(last_check, first_called, without_last, e)
+            nr.start, nr.skip = attempt, f"the native path does not run here: {e}"
+            return nr
+        adopt_session_processes()  # the engine lives for the module: its processes are not a test's leak
+        nr.exporter, nr.first, nr.start = exporter, first, Attempt(True)
+        if without_last is not None:
+            nr.last_layer = _last_layer_verdict(last_check, first_called, without_last, None)
+        else:
+            nr.last_layer = nx.NativeProbe(
+                last_check, nr.called, Attempt(True), f"speculators' {last} -> native {model.num_layers} exported"
+                if last in layers else f"speculators' {last} not requested", True if last in layers else None)
+        return nr
+
+
+def _last_layer_verdict(check: str, called: str, with_last: nx.NativeExportError,
+                        without: nx.NativeExportError | None) -> nx.NativeProbe:
+    """Whether the last layer's output is what broke the first run: only if leaving it out changed the outcome."""
+    failed = Attempt.failed(type(with_last.error).__name__, str(with_last), root_cause=with_last.root_cause)
+    if without is None:
+        return nx.NativeProbe(check, called + " (without it the run works)", failed)
+    if (without.root_cause or str(without)) == (with_last.root_cause or str(with_last)):
+        return nx.NativeProbe(check, called, failed, not_applicable=(
+            f"not observable: the native path fails the same way with and without it: {with_last}"))
+    return nx.NativeProbe(check, called + f" (without it the run gets further, then fails: {without.root_cause or without})",
+                          failed)
+
+
+@pytest.fixture(scope="module")
+def natives(runs):
+    started: dict[str, NativeRun] = {}
+
+    def get(name: str) -> NativeRun:
+        if name not in started:
+            started[name] = _start(name, runs)
+        return started[name]
+
+    yield get
+    for nr in started.values():
+        if nr.exporter is not None:
+            nr.exporter.close()
+
+
+def _need(nr: NativeRun, record_e2e, check: str) -> None:
+    """Record the reason and skip where the native comparison cannot run."""
+    if nr.skip:
+        record_e2e(f"native:{nr.name}", check, nr.skip_result, nr.skip)
+        pytest.skip(nr.skip)
+
+
+def _row(record_e2e, name: str, probe: nx.NativeProbe) -> None:
+    record_e2e(f"native:{name}", probe.check, probe.result, probe.measured, probe=probe.to_json())
+
+
+# -- the native path's own contracts ------------------------------------------------------------------------
+@pytest.mark.parametrize("name", contracts.E2E_MODELS)
+def test_native_path_present(name, runs, record_e2e):
+    """The method and the connector exist (import / registry probes), or n/a with what is missing."""
+    ours = runs(name)
+    if ours.absent:
+        record_e2e(f"native:{name}", "native path present", "n/a", ours.absent)
+        pytest.skip(ours.absent)
+    method, connector = nx.probe_method(), nx.probe_connector()
+    ok, why = nx.availability()
+    for probe in (method, connector):
+        if not ok:
+            probe.not_applicable = f"no native hidden-state export in this vLLM: {probe.measured}"
+        _row(record_e2e, name, probe)
+    if not ok:
+        pytest.skip(f"no native hidden-state export in this vLLM: {why}")
+    assert method.result == connector.result == "pass"
+
+
+@pytest.mark.parametrize("name", contracts.E2E_MODELS)
+def test_native_config_contracts(name, runs, record_e2e):
+    """Config-level contracts (no engine): the keys are accepted and carried, chunked prefill, SupportsEagle3."""
+    ours = runs(name)
+    if ours.absent:
+        record_e2e(f"native:{name}", "native config contracts", "n/a", ours.absent)
+        pytest.skip(ours.absent)
+    ok, why = nx.availability()
+    if not ok:
+        record_e2e(f"native:{name}", "native config contracts", "n/a", f"no native hidden-state export in this vLLM: {why}")
+        pytest.skip(why)
+    layers = _layers(ours)
+    for probe in (nx.probe_config(ours.model, layers), nx.probe_chunked_prefill(ours.model, layers),
+                  nx.probe_supports_eagle3(ours.model)):
+        _row(record_e2e, name, probe)
+
+
+@pytest.mark.parametrize("name", contracts.E2E_MODELS)
+def test_native_run_contracts(name, natives, record_e2e):
+    """Run-level contracts: it runs here; hidden_states_path returned; the file layout; the write protocol."""
+    nr = natives(name)
+    if nr.start is not None:  # the native path was tried: record how that went, even when it did not run
+        probe = nx.probe_run(nr.start, nr.called)
+        if nr.skip:
+            probe.not_applicable = nr.skip
+        _row(record_e2e, name, probe)
+    if nr.last_layer is not None:
+        _row(record_e2e, name, nr.last_layer)
+    if nr.skip:
+        if nr.start is None:  # not tried (no such architecture, or no native path): say why once
+            record_e2e(f"native:{name}", "native path runs on this platform (engine start + extraction)", "n/a", nr.skip)
+        pytest.skip(nr.skip)
+    prompts = prompts_for(nr.model.vocab_size)
+    engine_layers = len(nr.exporter.engine_ids)
+    for probe in (nx.probe_path_returned(nr.first[0]),
+                  nx.probe_layout(nr.first[0], prompts[0], engine_layers, nr.model.hidden_size),
+                  nx.probe_write_protocol(nr.first[0])):
+        _row(record_e2e, name, probe)
+    assert all(e.token_ids == p for e, p in zip(nr.first, prompts)), "token_ids read back differ from the prompts"
+
+
+# -- agreement ----------------------------------------------------------------------------------------------
+def _max_diff(ours_results, theirs, ours_ids: list[int], their_ids: list[int]) -> float:
+    """Max abs diff over prompts and the layers both sides hold (matched by speculators id)."""
+    worst = 0.0
+    for res, exp in zip(ours_results, theirs):
+        for k, t in zip(their_ids, exp.hidden_states):
+            h = res["hidden_states"][ours_ids.index(k)].float()
+            assert tuple(h.shape) == tuple(t.shape), f"layer {k}: ours {tuple(h.shape)} vs native {tuple(t.shape)}"
+            worst = max(worst, float((h - t.float()).abs().max()))
+    return worst
+
+
+@pytest.mark.parametrize("name", contracts.E2E_MODELS)
+def test_native_agrees_with_ours(name, natives, record_e2e):
+    """Ours at speculators' ids == vLLM's native export at the mapped ids (k -> k + 1), float32."""
+    nr = natives(name)
+    _need(nr, record_e2e, "agrees with ours (mapped ids k -> k+1), float32")
+    _need_ours(nr, record_e2e, "agrees with ours (mapped ids k -> k+1), float32")
+    gen = nr.ours.generator
+    prompts = prompts_for(nr.model.vocab_size)
+    ours = gen.generate(prompts)
+    assert [r["input_ids"].tolist() for r in ours] == [e.token_ids for e in nr.first]
+    d = _max_diff(ours, nr.first, list(gen.layer_ids), nr.layer_ids)
+    native = nx.map_layer_ids(nr.layer_ids, nr.model.num_layers)
+    record_e2e(f"native:{name}", "agrees with ours (mapped ids k -> k+1), float32", "pass" if d <= TOL else "fail",
+               f"max abs diff {d:.2e} (tolerance {TOL:g}) over {sum(map(len, prompts))} tokens; speculators ids "
+               f"{nr.layer_ids} = native {native}", max_abs_diff=d)
+    assert d <= TOL, f"ours and vLLM's native export differ by {d:.2e} > {TOL:g}"
+
+
+@pytest.mark.parametrize("name", contracts.E2E_MODELS)
+def test_unmapped_ids_disagree(name, natives, record_e2e):
+    """The same numeric ids handed to vLLM give the previous layer's output: the comparison must fail."""
+    nr = natives(name)
+    _need(nr, record_e2e, "unmapped ids (same numbers) must disagree")
+    _need_ours(nr, record_e2e, "unmapped ids (same numbers) must disagree")
+    gen = nr.ours.generator
+    prompts = prompts_for(nr.model.vocab_size)
+    with nx.NativeExporter(nr.model, nr.layer_ids, convention="native") as unmapped:
+        theirs = unmapped.extract(prompts)
+    ours = gen.generate(prompts)
+    d = _max_diff(ours, theirs, list(gen.layer_ids), nr.layer_ids)
+    record_e2e(f"native:{name}", "unmapped ids (same numbers) must disagree", "pass" if d > UNMAPPED_MIN else "fail",
+               f"max abs diff {d:.3g} (must exceed {UNMAPPED_MIN:g}); native ids {nr.layer_ids} unmapped", max_abs_diff=d)
+    assert d > UNMAPPED_MIN, "the unmapped ids agree: the comparison cannot tell the conventions apart"
+
+
+# -- throughput -----------------------------------------------------------------------------------------------
+def _best(fn, repeats: int = REPEATS) -> tuple[float, list[float]]:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), times
+
+
+@pytest.mark.parametrize("name", contracts.E2E_MODELS)
+def test_throughput_ratio(name, natives, record_e2e):
+    """Ours vs the native path on the same prompts and layers, best of 3 after a warm-up each.
+
+    The native side's time includes reading the files back (what a user must do to get tensors).
+    """
+    nr = natives(name)
+    _need(nr, record_e2e, "throughput: ours / native (tokens/s)")
+    _need_ours(nr, record_e2e, "throughput: ours / native (tokens/s)")
+    prompts = prompts_for(nr.model.vocab_size)
+    tokens = sum(map(len, prompts))
+    ours_s, ours_all = _best(lambda: nr.ours.generator.generate(prompts))
+    native_s, native_all = _best(lambda: nr.exporter.extract(prompts))
+    ratio = native_s / ours_s
+    record_e2e(f"native:{name}", "throughput: ours / native (tokens/s)", "pass",
+               f"ratio {ratio:.2f} (ours {tokens / ours_s:.0f} tok/s, native {tokens / native_s:.0f} tok/s incl. file "
+               f"reads; {len(prompts)} prompts, {tokens} tokens, {len(nr.layer_ids)} layers, best of {REPEATS})",
+               ratio=ratio, ours_s=ours_s, native_s=native_s, ours_all_s=ours_all, native_all_s=native_all, tokens=tokens)
