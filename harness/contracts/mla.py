@@ -132,10 +132,45 @@ def prepare(model, backend: str | None = None) -> bool:
         if is_mla(model.text_config):
             chosen, _ = Attempt.run(lambda: select_mla_backend(model.text_config, backend))
             disable = CONTRACT.documented(chosen)
+            if not disable and _on_cpu():
+                # The selector offering MLA does not mean it runs (vLLM 0.28's CPU MLA picks a flash-attn
+                # prefill it cannot import). A failed executor start leaves process state behind, so try
+                # the start in a child interpreter.
+                started = start_in_child(model)
+                _CHILD_STARTS[model.name] = started
+                disable = not started.ok
             if disable:
                 apply_env()
         _PREPARED[model.name] = disable
     return _PREPARED[model.name]
+
+
+_CHILD_STARTS: dict[str, Attempt] = {}
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.device_type == "cpu"
+
+
+def start_in_child(model) -> Attempt:
+    """Start (and close) a generator for `model` with MLA on, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = ("from harness import models; from harness.generator import HarnessGenerator, options_for; "
+            f"m = models.build({model.name!r}); "
+            "g = HarnessGenerator(m.path, [0], max_model_len=64, options=options_for(m, dtype='float32')); g.close(); "
+            "print('STARTED')")
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    proc = subprocess.run([sys.executable, "-c", f"if __name__ == '__main__':\n    {code}"], capture_output=True,
+                          text=True, timeout=600, env=env)
+    if "STARTED" in proc.stdout:
+        return Attempt(True)
+    tail = [line for line in (proc.stdout + proc.stderr).splitlines() if "Error" in line]
+    return Attempt.failed("RuntimeError", "the executor did not start with MLA on: "
+                          + (tail[-1].strip()[-300:] if tail else f"exit {proc.returncode}"))
 
 
 def start(model, start_fn, backend: str | None = None):
@@ -148,7 +183,7 @@ def start(model, start_fn, backend: str | None = None):
     disabled = prepare(model, backend)
     first, gen = Attempt.run(start_fn)
     if first.ok or disabled or not is_mla(model.text_config):
-        return gen, first, disabled, None
+        return gen, first, disabled, _CHILD_STARTS.get(model.name) if disabled else None
     apply_env()
     _PREPARED[model.name] = True
     second, gen = Attempt.run(start_fn)
