@@ -14,9 +14,10 @@ from pathlib import Path
 
 from harness.paths import REPO_ROOT
 
-CPU_SUITES = ("suites/contracts", "suites/e2e", "suites/bad_input")
-#: The matrix's quick run: every contract probe and the end-to-end checks; no shim proofs, no bad input.
-QUICK_SUITES = ("suites/contracts/test_contracts.py", "suites/e2e")
+CPU_SUITES = ("suites/contracts", "suites/e2e", "suites/native", "suites/bad_input")
+#: The matrix's quick run: every contract probe, the end-to-end checks and the native-export cross-check;
+#: no shim proofs, no bad input.
+QUICK_SUITES = ("suites/contracts/test_contracts.py", "suites/e2e", "suites/native")
 
 
 def _fail(message: str) -> int:

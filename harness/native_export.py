@@ -42,7 +42,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.contracts.base import Attempt, summarize
+from harness.contracts.base import Attempt, Contract, summarize
+
+#: The cross-check as a contract row `native[<model>]`, expected per vLLM version like the others.
+#: native: vLLM's own export runs here and equals ours at the mapped ids; broken: this vLLM has the
+#: export but it does not run on this platform for the model, or it disagrees (reason says which);
+#: n/a: this vLLM has no native export, or no such model class. There is no shim: we report, not repair.
+CONTRACT = Contract(
+    id="native",
+    assumes="vLLM's own extract_hidden_states export gives the hidden states ours gives, at ids mapped k -> k + 1",
+    failures=(r".",),
+    shim=None,
+)
 
 METHOD = "extract_hidden_states"
 CONNECTOR = "ExampleHiddenStatesConnector"
@@ -107,7 +118,7 @@ class NativeProbe:
             return self.not_applicable
         said = f"{self.called} -> "
         said += f"{self.returned}" if self.attempt.ok else self.attempt.text
-        return summarize(said, 600)
+        return summarize(said, 900)
 
     def to_json(self) -> dict:
         return {"check": self.check, "called": self.called, "result": self.result, "returned": _jsonable(self.returned),
@@ -381,6 +392,15 @@ _FILE_LINE = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 #: Exceptions that only say "see above": the root cause is the first exception line that is not one of them.
 _WRAPPERS = ("Engine core initialization failed", "Worker failed with error", "EngineCore encountered",
              "EngineDeadError", "See root cause above", "see stack trace")
+
+
+#: Failures of the platform, not of the layers asked for: retrying with other layer ids cannot change them.
+_PLATFORM_FAILURE = re.compile(r"spec decode is not supported|CUDA|cuda|NVIDIA driver")
+
+
+def platform_failure(error: "NativeExportError") -> bool:
+    """Whether the native path failed for a reason of this platform (e.g. a CUDA-only stream on a CPU build)."""
+    return bool(_PLATFORM_FAILURE.search(error.root_cause or str(error)))
 
 
 def root_cause(log: str) -> str | None:

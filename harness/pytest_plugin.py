@@ -223,7 +223,7 @@ def pytest_sessionfinish(session, exitstatus):
     if hasattr(config, "workerinput"):  # an xdist worker: the controller writes the report
         return
     col = _COLLECTOR
-    ran = {t for t, v in col.tiers.items() if v["tests"]} & {"contracts", "e2e", "bad_input", "gpu"}
+    ran = {t for t, v in col.tiers.items() if v["tests"]} & {"contracts", "e2e", "bad_input", "native", "gpu"}
     if config.getoption("--harness-no-report") or not ran:
         return
     if not col.meta:  # nothing observed (e.g. no generator started): still say which vLLM failed
@@ -238,7 +238,7 @@ def pytest_sessionfinish(session, exitstatus):
     from harness.report import build, write
 
     families = [load_fixture(m)["family"] for m in contracts.E2E_MODELS]
-    defined = set(contracts.keys(families)) | set(contracts.e2e_keys())
+    defined = set(contracts.keys(families)) | set(contracts.e2e_keys()) | set(contracts.native_keys())
     stale, exp_file = [], None
     if col.meta:
         try:

@@ -45,6 +45,11 @@ def keys(families: list[str] | tuple[str, ...]) -> list[str]:
     return global_ids() + [f"{i}[{f}]" for f in families for i in PER_MODEL]
 
 
+def native_keys() -> list[str]:
+    """The native-export cross-check's rows (suites/native), one per tiny model; see harness.native_export."""
+    return [f"native[{m}]" for m in E2E_MODELS]
+
+
 def e2e_keys() -> list[str]:
     """Optional expectation keys for the end-to-end numerics: present only where a vLLM is known to compute
     wrong numbers for a model (outcome "broken"); absent means the numeric checks must pass."""

@@ -10,6 +10,8 @@ Same tiny model files, same prompts, float32 on both sides. Ours is the session'
   matmul blocking, so bitwise equality is not promised. Hidden states here are O(1)-O(4).
 * The unmapped ids (the same numbers handed to vLLM) must NOT agree (differ by > 1e-2: one whole
   decoder layer), or the comparison could not tell the conventions apart.
+* The mapping function, the lock-file reader and the log reader are tested without vLLM in
+  suites/unit/test_native_export_helpers.py; here they meet the real thing.
 * The native path's own contracts are probed and recorded per model as rows "native:<model>".
 * Throughput of both paths on the same prompts, best of 3 after a warm-up, as a ratio.
 
@@ -27,7 +29,8 @@ import pytest
 
 from harness import contracts
 from harness import native_export as nx
-from harness.contracts.base import Attempt
+from harness.contracts.base import Attempt, Observation
+from harness.pytest_plugin import check_expected
 
 TOL = 1e-5
 UNMAPPED_MIN = 1e-2
@@ -38,115 +41,6 @@ def prompts_for(vocab: int) -> list[list[int]]:
     """Six prompts of 17..96 tokens: several KV blocks each, small enough for a 2-core machine."""
     rng = random.Random(21)
     return [[rng.randrange(4, vocab) for _ in range(rng.randint(17, 96))] for _ in range(6)]
-
-
-# -- the mapping, at both ends (no vLLM needed) --------------------------------------------------------
-@pytest.mark.parametrize("n", [4, 6, 61])
-def test_layer_map_first_layer(n):
-    """speculators' 0 (output of layer 0) is native 1 (input of layer 1), and back."""
-    assert nx.map_layer_ids([0], n) == [1]
-    assert nx.map_layer_ids([1], n, to="speculators") == [0]
-
-
-@pytest.mark.parametrize("n", [4, 6, 61])
-def test_layer_map_last_layer(n):
-    """speculators' n-1 (last layer's output) is native n (vLLM's id for the final pre-norm output), and back."""
-    assert nx.map_layer_ids([n - 1], n) == [n]
-    assert nx.map_layer_ids([n], n, to="speculators") == [n - 1]
-
-
-def test_layer_map_round_trip_keeps_order():
-    ids = [5, 1, 3, 0]
-    assert nx.map_layer_ids(ids, 6) == [6, 2, 4, 1]
-    assert nx.map_layer_ids(nx.map_layer_ids(ids, 6), 6, to="speculators") == ids
-
-
-@pytest.mark.parametrize("ids,to", [([6], "native"), ([-1], "native"), ([0], "speculators"), ([7], "speculators")])
-def test_layer_map_refuses_out_of_range(ids, to):
-    """Native 0 (the embeddings) has no speculators id; nothing wraps around silently."""
-    with pytest.raises(ValueError):
-        nx.map_layer_ids(ids, 6, to=to)
-
-
-# -- reading the files, and reading vLLM's log (no engine needed) ------------------------------------------
-def test_read_export_waits_for_the_writers_lock(tmp_path):
-    """The async writer's protocol (vLLM >= 0.22): the reader sleeps on the lock until the writer lets go.
-
-    A thread stands in for vLLM's writer thread exactly as it behaves: it holds LOCK_EX on `<file>.lock`
-    (its own open file, so the lock conflicts with ours) while it writes, then closes the descriptor.
-    """
-    import fcntl
-    import os
-    import threading
-
-    import torch
-    from safetensors.torch import save_file
-
-    path = str(tmp_path / "req-0.safetensors")
-    fd = os.open(path + ".lock", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    tensors = {"hidden_states": torch.arange(24, dtype=torch.float32).reshape(4, 2, 3),
-               "token_ids": torch.tensor([5, 6, 7, 8])}
-    released = []
-
-    def writer():
-        time.sleep(0.5)
-        save_file(tensors, path)
-        released.append(time.perf_counter())
-        os.close(fd)  # releases LOCK_EX
-
-    t = threading.Thread(target=writer)
-    t.start()
-    data, waited = nx.read_export(path)
-    done = time.perf_counter()
-    t.join()
-    assert waited and released and done >= released[0]
-    assert torch.equal(data["hidden_states"], tensors["hidden_states"]) and data["token_ids"].tolist() == [5, 6, 7, 8]
-    assert not os.path.exists(path + ".lock") and not os.path.exists(path)
-
-
-def test_read_export_without_lock_and_missing_file(tmp_path):
-    """The synchronous writer (0.17-0.20) leaves no lock; a path with neither file nor lock is a clear error."""
-    import torch
-    from safetensors.torch import save_file
-
-    path = str(tmp_path / "req-1.safetensors")
-    save_file({"hidden_states": torch.zeros(2, 1, 3), "token_ids": torch.tensor([1, 2])}, path)
-    data, waited = nx.read_export(path, remove=False)
-    assert not waited and tuple(data["hidden_states"].shape) == (2, 1, 3)
-    with pytest.raises(FileNotFoundError):
-        nx.read_export(str(tmp_path / "absent.safetensors"))
-
-
-def test_read_export_when_the_writer_dies(tmp_path):
-    """Seen on vLLM 0.32 (CPU): the writer's lock is released (its process died) but no file was written."""
-    import fcntl
-    import os
-
-    path = str(tmp_path / "req-2.safetensors")
-    fd = os.open(path + ".lock", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    os.close(fd)  # let go without writing
-    with pytest.raises(FileNotFoundError, match="never written"):
-        nx.read_export(path)
-
-
-#: Lines as vLLM 0.20 printed them on this machine when its CPU runner could not start the native path.
-VLLM_LOG = """\
-(Worker pid=30433) ERROR 12-01 10:06:15 [multiproc_executor.py:962] WorkerProc hit an exception.
-(Worker pid=30433) ERROR 12-01 10:06:15 [multiproc_executor.py:962] Traceback (most recent call last):
-(Worker pid=30433) ERROR 12-01 10:06:15 [multiproc_executor.py:962]   File "/x/site-packages/vllm/v1/worker/gpu_model_runner.py", line 5546, in _dummy_run
-(Worker pid=30433) ERROR 12-01 10:06:15 [multiproc_executor.py:962]     hidden_states, _ = outputs
-(Worker pid=30433) ERROR 12-01 10:06:15 [multiproc_executor.py:962] ValueError: too many values to unpack (expected 2)
-(EngineCore pid=30420) ERROR 12-01 10:06:15 [core.py:1136] RuntimeError: Worker failed with error 'too many values to unpack (expected 2)', please check the stack trace above for the root cause
-"""
-
-
-def test_root_cause_is_the_first_real_exception():
-    """What reaches the caller is a wrapper; the report needs the worker's own exception and where it was raised."""
-    cause = nx.root_cause(VLLM_LOG)
-    assert cause == "ValueError: too many values to unpack (expected 2) @ vllm/v1/worker/gpu_model_runner.py:5546 in _dummy_run"
-    assert nx.root_cause("INFO all good\n") is None
 
 
 # -- one native engine per model, shared by the tests below ------------------------------------------------
@@ -162,6 +56,7 @@ class NativeRun:
     skip: str | None = None  # why the native comparison cannot run here
     skip_result: str = "n/a"
     last_layer: nx.NativeProbe | None = None  # native id n (the last layer's output) exported?
+    agreement: tuple[float, str] | None = None  # (max abs diff, what was compared), computed once
 
     @property
     def model(self):
@@ -215,7 +110,8 @@ def _start(name: str, runs) -> NativeRun:
             if exporter is not None:
                 exporter.close()
             attempt = Attempt.failed(type(e.error).__name__, str(e), stage=e.stage, root_cause=e.root_cause)
-            if e.stage == "extract" and last in layers and len(set(layers)) > 1 and without_last is None:
+            if (e.stage == "extract" and last in layers and len(set(layers)) > 1 and without_last is None
+                    and not nx.platform_failure(e)):
                 # Started, then failed on real requests: try again without the last layer's output, the one id
                 # some model classes do not capture (their loop collects inputs of layers 0..n-1 only).
                 without_last, first_called = e, nr.called
@@ -225,6 +121,10 @@ def _start(name: str, runs) -> NativeRun:
                 nr.last_layer = _last_layer_verdict(last_check, first_called, without_last, e)
             nr.start, nr.skip = attempt, f"the native path does not run here: {e}"
             return nr
+        except BaseException:
+            if exporter is not None:
+                exporter.close()  # whatever went wrong, no engine outlives the failure
+            raise
         adopt_session_processes()  # the engine lives for the module: its processes are not a test's leak
         nr.exporter, nr.first, nr.start = exporter, first, Attempt(True)
         if without_last is not None:
@@ -347,22 +247,60 @@ def _max_diff(ours_results, theirs, ours_ids: list[int], their_ids: list[int]) -
     return worst
 
 
+def _agreement(nr: NativeRun) -> tuple[float, str]:
+    """Ours at speculators' ids vs the native export at the mapped ids, on the agreement prompts (once per model)."""
+    if nr.agreement is None:
+        gen = nr.ours.generator
+        prompts = prompts_for(nr.model.vocab_size)
+        ours = gen.generate(prompts)
+        assert [r["input_ids"].tolist() for r in ours] == [e.token_ids for e in nr.first]
+        d = _max_diff(ours, nr.first, list(gen.layer_ids), nr.layer_ids)
+        native = nx.map_layer_ids(nr.layer_ids, nr.model.num_layers)
+        nr.agreement = d, (f"max abs diff {d:.2e} (tolerance {TOL:g}) over {sum(map(len, prompts))} tokens; "
+                           f"speculators ids {nr.layer_ids} = native {native}")
+    return nr.agreement
+
+
 @pytest.mark.parametrize("name", contracts.E2E_MODELS)
 def test_native_agrees_with_ours(name, natives, record_e2e):
     """Ours at speculators' ids == vLLM's native export at the mapped ids (k -> k + 1), float32."""
     nr = natives(name)
     _need(nr, record_e2e, "agrees with ours (mapped ids k -> k+1), float32")
     _need_ours(nr, record_e2e, "agrees with ours (mapped ids k -> k+1), float32")
-    gen = nr.ours.generator
-    prompts = prompts_for(nr.model.vocab_size)
-    ours = gen.generate(prompts)
-    assert [r["input_ids"].tolist() for r in ours] == [e.token_ids for e in nr.first]
-    d = _max_diff(ours, nr.first, list(gen.layer_ids), nr.layer_ids)
-    native = nx.map_layer_ids(nr.layer_ids, nr.model.num_layers)
+    d, measured = _agreement(nr)
     record_e2e(f"native:{name}", "agrees with ours (mapped ids k -> k+1), float32", "pass" if d <= TOL else "fail",
-               f"max abs diff {d:.2e} (tolerance {TOL:g}) over {sum(map(len, prompts))} tokens; speculators ids "
-               f"{nr.layer_ids} = native {native}", max_abs_diff=d)
+               measured, max_abs_diff=d)
     assert d <= TOL, f"ours and vLLM's native export differ by {d:.2e} > {TOL:g}"
+
+
+@pytest.mark.parametrize("name", contracts.E2E_MODELS)
+def test_native_contract(name, runs, natives, record_observation, expectations):
+    """The row `native[<model>]`, checked against the expectations like every contract.
+
+    native: vLLM's export runs here and agrees with ours; broken: this vLLM has it, but it does not start
+    or extract on this platform for the model, or it disagrees; n/a: no native export in this vLLM, no such
+    model class, or our own generator did not start (then there is nothing to compare with).
+    """
+    ours = runs(name)
+    obs = Observation(nx.CONTRACT, Attempt(True), subject=name)
+    available, why = (False, "") if ours.absent else nx.availability()
+    if ours.absent:
+        obs.not_applicable = ours.absent
+    elif not available:
+        obs.not_applicable = f"no native hidden-state export in this vLLM: {why}"
+    else:
+        nr = natives(name)
+        obs.facts["called"] = nr.called
+        if nr.start is not None and not nr.start.ok:
+            obs.unshimmed = nr.start
+        elif nr.ours.generator is None:
+            obs.not_applicable = f"nothing to compare with: our generator did not start: {nr.ours.failed.text}"
+        else:
+            d, measured = _agreement(nr)
+            obs.facts.update(max_abs_diff=d, tolerance=TOL, compared=measured)
+            obs.unshimmed = Attempt(True) if d <= TOL else Attempt.failed("Disagreement", measured)
+    record_observation(obs)
+    check_expected(obs, expectations)
 
 
 @pytest.mark.parametrize("name", contracts.E2E_MODELS)
