@@ -150,7 +150,9 @@ def to_markdown(m: dict) -> str:
     head = "| contract | " + " | ".join(c["version"] for c in cols) + " |"
     lines = ["# speculators 0.3.0 × vLLM: compatibility matrix", "",
              "Cells: **native** (speculators' own call works), **shimmed** (fails as documented; our shim restores it),",
-             "**broken** (no shim restores it), n/a, or not runnable here. Observed on each real vLLM CPU build.", "",
+             "**broken** (no shim restores it), n/a, or not runnable here. Observed on each real vLLM CPU build.",
+             "Rows `native*` are vLLM's own hidden-state export (0.17+), not speculators' calls: **native** = it holds "
+             "(`native[model]`: runs here and agrees with ours), **broken** = it does not hold here (the cell says why).", "",
              head, "|---|" + "---|" * len(cols)]
     for key, cells in m["rows"].items():
         lines.append(f"| {key} | " + " | ".join(_short(cells[c["version"]]) for c in cols) + " |")
@@ -186,7 +188,8 @@ def to_html(m: dict) -> str:
            "details summary{cursor:pointer}details div{max-width:28em;white-space:pre-wrap;font-size:11px}",
            "</style></head><body><h1>speculators 0.3.0 &times; vLLM: compatibility matrix</h1>",
            "<p>native: speculators' own call works; shimmed: it fails as documented and the harness's shim restores it;"
-           " broken: no shim restores it. Click a cell for the evidence.</p><table><tr><th>contract</th>"]
+           " broken: no shim restores it. Rows native* are vLLM's own export (0.17+): native = it holds, broken = it"
+           " does not hold here. Click a cell for the evidence.</p><table><tr><th>contract</th>"]
     out += [f"<th>{esc(c['version'])}<br><small>{esc(c['status'])}</small></th>" for c in cols]
     out.append("</tr>")
     for key, cells in m["rows"].items():

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.contracts.base import Attempt, Contract, summarize
+from harness.contracts.base import Attempt, Contract, Observation, summarize
 
 #: The cross-check as a contract row `native[<model>]`, expected per vLLM version like the others.
 #: native: vLLM's own export runs here and equals ours at the mapped ids; broken: this vLLM has the
@@ -53,7 +53,35 @@ CONTRACT = Contract(
     assumes="vLLM's own extract_hidden_states export gives the hidden states ours gives, at ids mapped k -> k + 1",
     failures=(r".",),
     shim=None,
+    native_says="vLLM's native export runs here and agrees with ours",
+    broken_says="does not hold here",
 )
+
+_SAYS = dict(native_says="holds on this vLLM", broken_says="does not hold here")
+#: The native path's own contracts, each a row like the others (expected per vLLM version, no shim: where one
+#: does not hold, the native path cannot be used here and the reason says why). `native-path` once per vLLM;
+#: the others once per tiny model (`native-config[tiny-llama]`, ...). Built from NativeProbes by `observe`.
+PATH_CONTRACT = Contract(
+    id="native-path",
+    assumes="vLLM has the speculative method 'extract_hidden_states' and the KV connector 'ExampleHiddenStatesConnector'",
+    failures=(r".",), shim=None, **_SAYS)
+CONFIG_CONTRACT = Contract(
+    id="native-config",
+    assumes="EngineArgs accept speculative_config {method: extract_hidden_states, eagle_aux_hidden_state_layer_ids} and "
+            "kv_transfer_config {kv_connector: ExampleHiddenStatesConnector} for the model, and carry them into the engine config",
+    failures=(r".",), shim=None, **_SAYS)
+EAGLE3_CONTRACT = Contract(
+    id="native-eagle3",
+    assumes="the model class vLLM loads for the checkpoint implements SupportsEagle3 (the native path collects "
+            "auxiliary hidden states through it)",
+    failures=(r".",), shim=None, **_SAYS)
+FILES_CONTRACT = Contract(
+    id="native-files",
+    assumes="each request returns kv_transfer_params['hidden_states_path']; the safetensors file holds hidden_states "
+            "[tokens, layers, hidden] float32 and token_ids == the prompt, complete once its lock (if any) is released",
+    failures=(r".",), shim=None, **_SAYS)
+#: Per-model native contracts, in the order a user meets them.
+PER_MODEL_CONTRACTS = (CONFIG_CONTRACT, EAGLE3_CONTRACT, FILES_CONTRACT, CONTRACT)
 
 METHOD = "extract_hidden_states"
 CONNECTOR = "ExampleHiddenStatesConnector"
@@ -620,3 +648,33 @@ def probe_write_protocol(export: NativeExport) -> NativeProbe:
     how = ("async: <file>.lock held by the writer, read under a shared flock, then removed" if export.waited_on_lock
            else "synchronous: file complete when the request returns, no lock file")
     return NativeProbe("write protocol (lock file) handled", "read_export(hidden_states_path)", Attempt(True), how, True)
+
+
+# -- probes -> contract rows ---------------------------------------------------------------------------
+def observe(contract: Contract, probes: list[NativeProbe], subject: str | None = None,
+            not_applicable: str | None = None) -> Observation:
+    """The row for `contract` from the probes that make it up: native if every probe holds, broken with the
+    first failing probe's words if one does not, n/a (with the reason) where none can be observed here.
+    Each probe's call and result stay in the row's facts."""
+    obs = Observation(contract, Attempt(True), subject=subject)
+    obs.facts["checks"] = [p.to_json() for p in probes]
+    observable = [p for p in probes if not p.not_applicable]
+    if not_applicable or not observable:
+        obs.not_applicable = not_applicable or (probes[0].not_applicable if probes else "nothing observed")
+        return obs
+    failed = [p for p in observable if p.result == "fail"]
+    if failed:
+        first = failed[0]
+        err = first.attempt if not first.attempt.ok else Attempt.failed("ContractViolated", first.measured)
+        obs.unshimmed = Attempt.failed(err.error_type or "ContractViolated",
+                                       f"{first.check}: {err.error}", **err.detail)
+    return obs
+
+
+def observe_path(method: NativeProbe, connector: NativeProbe) -> Observation:
+    """`native-path`: n/a where this vLLM has neither (no native export yet), broken where only one half is there."""
+    results = {method.result, connector.result}
+    if results == {"fail"}:
+        return observe(PATH_CONTRACT, [method, connector], not_applicable=(
+            f"no native hidden-state export in this vLLM: {method.measured}; {connector.measured}"))
+    return observe(PATH_CONTRACT, [method, connector])

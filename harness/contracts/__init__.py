@@ -45,9 +45,15 @@ def keys(families: list[str] | tuple[str, ...]) -> list[str]:
     return global_ids() + [f"{i}[{f}]" for f in families for i in PER_MODEL]
 
 
+#: The native-export cross-check's contract ids (suites/native; see harness.native_export): the first once per
+#: vLLM, the others once per tiny model.
+NATIVE_GLOBAL = ("native-path",)
+NATIVE_PER_MODEL = ("native-config", "native-eagle3", "native-files", "native")
+
+
 def native_keys() -> list[str]:
-    """The native-export cross-check's rows (suites/native), one per tiny model; see harness.native_export."""
-    return [f"native[{m}]" for m in E2E_MODELS]
+    """The native-export cross-check's rows (suites/native), keyed by tiny model name."""
+    return list(NATIVE_GLOBAL) + [f"{i}[{m}]" for m in E2E_MODELS for i in NATIVE_PER_MODEL]
 
 
 def e2e_keys() -> list[str]:

@@ -89,6 +89,10 @@ class Contract:
     failures: tuple[str, ...]
     shim: str | None
     side: str = "driver"  # "driver": the generator process; "worker": inside vLLM's worker processes
+    #: How the report words a native / a broken outcome (contracts that are not speculators' calls, such as
+    #: vLLM's own export in harness.native_export, say what holds instead).
+    native_says: str = "speculators' own call works"
+    broken_says: str = "no shim restores it"
 
     def documented(self, attempt: Attempt) -> bool:
         return not attempt.ok and any(re.search(p, attempt.text) for p in self.failures)
@@ -132,11 +136,11 @@ def classify(obs: Observation) -> tuple[Outcome, str]:
     if obs.not_applicable:
         return Outcome.NA, obs.not_applicable
     if obs.unshimmed.ok:
-        return Outcome.NATIVE, "speculators' own call works"
+        return Outcome.NATIVE, obs.contract.native_says
     if not obs.contract.documented(obs.unshimmed):
         return Outcome.BROKEN, f"undocumented failure: {obs.unshimmed.text}"
     if obs.shimmed is None or obs.contract.shim is None:
-        return Outcome.BROKEN, f"no shim restores it: {obs.unshimmed.text}"
+        return Outcome.BROKEN, f"{obs.contract.broken_says}: {obs.unshimmed.text}"
     if not obs.shimmed.ok:
         return Outcome.BROKEN, f"shim {obs.contract.shim} does not restore it: {obs.shimmed.text}"
     return Outcome.SHIMMED, f"{obs.unshimmed.text} -> restored by {obs.contract.shim}"

@@ -12,7 +12,9 @@ Same tiny model files, same prompts, float32 on both sides. Ours is the session'
   decoder layer), or the comparison could not tell the conventions apart.
 * The mapping function, the lock-file reader and the log reader are tested without vLLM in
   suites/unit/test_native_export_helpers.py; here they meet the real thing.
-* The native path's own contracts are probed and recorded per model as rows "native:<model>".
+* The native path's own contracts are contract rows held to the expectations: `native-path` (once per
+  vLLM), `native-config[model]`, `native-eagle3[model]`, `native-files[model]`, and `native[model]` (it
+  runs here and agrees with ours); the probes behind them are also e2e records "native:<model>".
 * Throughput of both paths on the same prompts, best of 3 after a warm-up, as a ratio.
 
 Where this vLLM has no native path (< 0.17), or it does not run on this platform, the rows say
@@ -176,9 +178,21 @@ def _row(record_e2e, name: str, probe: nx.NativeProbe) -> None:
 
 
 # -- the native path's own contracts ------------------------------------------------------------------------
+# Each is a contract row (harness.native_export.*_CONTRACT) held to the expectations like every other; the
+# probes behind a row are also kept as e2e records "native:<model>" with their calls and results.
+def _hold(obs, record_observation, expectations) -> None:
+    record_observation(obs)
+    check_expected(obs, expectations)
+
+
+def test_native_path_contract(record_observation, expectations):
+    """`native-path`: the method and the connector exist (literal / registry probes), or n/a before 0.17."""
+    _hold(nx.observe_path(nx.probe_method(), nx.probe_connector()), record_observation, expectations)
+
+
 @pytest.mark.parametrize("name", contracts.E2E_MODELS)
 def test_native_path_present(name, runs, record_e2e):
-    """The method and the connector exist (import / registry probes), or n/a with what is missing."""
+    """The method and the connector, per model (e2e records), or n/a with what is missing."""
     ours = runs(name)
     if ours.absent:
         record_e2e(f"native:{name}", "native path present", "n/a", ours.absent)
@@ -194,26 +208,43 @@ def test_native_path_present(name, runs, record_e2e):
     assert method.result == connector.result == "pass"
 
 
-@pytest.mark.parametrize("name", contracts.E2E_MODELS)
-def test_native_config_contracts(name, runs, record_e2e):
-    """Config-level contracts (no engine): the keys are accepted and carried, chunked prefill, SupportsEagle3."""
-    ours = runs(name)
+def _not_here(ours) -> str | None:
+    """Why no native contract of this model can be observed here (no such model class, or no native path)."""
     if ours.absent:
-        record_e2e(f"native:{name}", "native config contracts", "n/a", ours.absent)
-        pytest.skip(ours.absent)
+        return ours.absent
     ok, why = nx.availability()
-    if not ok:
-        record_e2e(f"native:{name}", "native config contracts", "n/a", f"no native hidden-state export in this vLLM: {why}")
-        pytest.skip(why)
-    layers = _layers(ours)
-    for probe in (nx.probe_config(ours.model, layers), nx.probe_chunked_prefill(ours.model, layers),
-                  nx.probe_supports_eagle3(ours.model)):
-        _row(record_e2e, name, probe)
+    return None if ok else f"no native hidden-state export in this vLLM: {why}"
 
 
 @pytest.mark.parametrize("name", contracts.E2E_MODELS)
-def test_native_run_contracts(name, natives, record_e2e):
-    """Run-level contracts: it runs here; hidden_states_path returned; the file layout; the write protocol."""
+def test_native_config_contracts(name, runs, record_e2e, record_observation, expectations):
+    """`native-config[model]` and `native-eagle3[model]` (no engine started).
+
+    Whether the keys also work with chunked prefill on (vLLM's default) is recorded as a fact: the connector
+    refuses it from 0.22, and both paths here run with it off, so it is a requirement, not a break.
+    """
+    ours = runs(name)
+    na = _not_here(ours)
+    if na:
+        for c in (nx.CONFIG_CONTRACT, nx.EAGLE3_CONTRACT):
+            _hold(nx.observe(c, [], subject=name, not_applicable=na), record_observation, expectations)
+        record_e2e(f"native:{name}", "native config contracts", "n/a", na)
+        pytest.skip(na)
+    layers = _layers(ours)
+    config, chunked = nx.probe_config(ours.model, layers), nx.probe_chunked_prefill(ours.model, layers)
+    eagle3 = nx.probe_supports_eagle3(ours.model)
+    for probe in (config, chunked, eagle3):
+        _row(record_e2e, name, probe)
+    obs = nx.observe(nx.CONFIG_CONTRACT, [config], subject=name)
+    obs.facts["chunked_prefill"] = chunked.to_json()
+    _hold(obs, record_observation, expectations)
+    _hold(nx.observe(nx.EAGLE3_CONTRACT, [eagle3], subject=name), record_observation, expectations)
+
+
+@pytest.mark.parametrize("name", contracts.E2E_MODELS)
+def test_native_run_contracts(name, natives, record_e2e, record_observation, expectations):
+    """`native-files[model]`: hidden_states_path returned, the file layout, the write protocol; n/a where the
+    native path does not run here (native[model] then says why)."""
     nr = natives(name)
     if nr.start is not None:  # the native path was tried: record how that went, even when it did not run
         probe = nx.probe_run(nr.start, nr.called)
@@ -225,13 +256,17 @@ def test_native_run_contracts(name, natives, record_e2e):
     if nr.skip:
         if nr.start is None:  # not tried (no such architecture, or no native path): say why once
             record_e2e(f"native:{name}", "native path runs on this platform (engine start + extraction)", "n/a", nr.skip)
+        why = nr.skip if nr.start is None else f"not observable: {nr.skip} (see native[{name}])"
+        _hold(nx.observe(nx.FILES_CONTRACT, [], subject=name, not_applicable=why), record_observation, expectations)
         pytest.skip(nr.skip)
     prompts = prompts_for(nr.model.vocab_size)
     engine_layers = len(nr.exporter.engine_ids)
-    for probe in (nx.probe_path_returned(nr.first[0]),
-                  nx.probe_layout(nr.first[0], prompts[0], engine_layers, nr.model.hidden_size),
-                  nx.probe_write_protocol(nr.first[0])):
+    probes = [nx.probe_path_returned(nr.first[0]),
+              nx.probe_layout(nr.first[0], prompts[0], engine_layers, nr.model.hidden_size),
+              nx.probe_write_protocol(nr.first[0])]
+    for probe in probes:
         _row(record_e2e, name, probe)
+    _hold(nx.observe(nx.FILES_CONTRACT, probes, subject=name), record_observation, expectations)
     assert all(e.token_ids == p for e, p in zip(nr.first, prompts)), "token_ids read back differ from the prompts"
 
 

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from harness import native_export as nx
+from harness.contracts.base import Attempt
 
 
 # -- the mapping, at both ends (no vLLM needed) --------------------------------------------------------
@@ -129,3 +130,44 @@ def test_platform_failures_are_not_retried_with_other_layers():
     index = nx.NativeExportError("extract", RuntimeError("EngineCore encountered an issue"),
                                  "IndexError: list index out of range @ vllm/model_executor/models/llama.py:400", "")
     assert nx.platform_failure(cuda) and not nx.platform_failure(index)
+
+
+# -- probes -> contract rows ----------------------------------------------------------------------------------
+def _probe(check, ok=True, holds=True, na=None):
+    attempt = Attempt(True) if ok else Attempt.failed("ValidationError", "refused", raised_at="vllm/config.py:1")
+    return nx.NativeProbe(check, f"call({check})", attempt, "value" if ok else None, holds if ok else None, na)
+
+
+def test_observe_native_when_every_probe_holds():
+    obs = nx.observe(nx.FILES_CONTRACT, [_probe("path"), _probe("layout")], subject="tiny-llama")
+    assert obs.key == "native-files[tiny-llama]" and obs.outcome.value == "native"
+    assert [c["check"] for c in obs.facts["checks"]] == ["path", "layout"]
+
+
+def test_observe_broken_names_the_first_failing_probe():
+    obs = nx.observe(nx.FILES_CONTRACT, [_probe("path"), _probe("layout", holds=False), _probe("x", ok=False)],
+                     subject="m")
+    assert obs.outcome.value == "broken" and "layout" in obs.reason and "ContractViolated" in obs.reason
+    raised = nx.observe(nx.CONFIG_CONTRACT, [_probe("config", ok=False)], subject="m")
+    assert raised.outcome.value == "broken"
+    assert "ValidationError" in raised.reason and "vllm/config.py:1" in raised.reason
+
+
+def test_observe_na_when_nothing_is_observable():
+    assert nx.observe(nx.EAGLE3_CONTRACT, [], subject="m", not_applicable="no such model").outcome.value == "n/a"
+    obs = nx.observe(nx.EAGLE3_CONTRACT, [_probe("a", na="not here")], subject="m")
+    assert obs.outcome.value == "n/a" and obs.reason == "not here"
+
+
+def test_observe_path_needs_both_halves():
+    absent = _probe("method", holds=False), _probe("connector", holds=False)
+    assert nx.observe_path(*absent).outcome.value == "n/a"
+    assert nx.observe_path(_probe("method"), _probe("connector", holds=False)).outcome.value == "broken"
+    assert nx.observe_path(_probe("method"), _probe("connector")).outcome.value == "native"
+
+
+def test_native_keys_match_the_contracts():
+    from harness import contracts
+
+    assert [c.id for c in nx.PER_MODEL_CONTRACTS] == list(contracts.NATIVE_PER_MODEL)
+    assert nx.PATH_CONTRACT.id in contracts.NATIVE_GLOBAL
