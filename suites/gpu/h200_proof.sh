@@ -8,7 +8,8 @@
 # Kimi-K2.5 model imports compressed_tensors, which the bundle lacks). Results go to $OUT (device tool).
 set -uo pipefail
 TP="${1:-1}"
-MODELS="${2:-kimi llama}"  # which of the two tiny models to run
+MODELS="${2:-kimi llama}"  # which of the two tiny models to run; "native" adds the native-export cross-check
+NATIVE_K="${NATIVE_K:-tiny-llama}"  # pytest -k for suites/native (float32, our generator vs vLLM's export)
 SITE=/tmp/site
 PY="${PY:-/opt/torch/.venv/bin/python3}"
 OUT="${OUT:-/tmp/out}"
@@ -30,4 +31,9 @@ case " $MODELS " in *" llama "*) ;; *) LLAMA="";; esac
   --gpu-memory-utilization 0.3 --report-dir "$OUT/gpu" --env gpu-vllm020 -- -q -rA > "$OUT/kimi.log" 2>&1 || rc=$?; tail -25 "$OUT/kimi.log"; }
 [ -n "$LLAMA" ] && { timeout 200 "$PY" -m harness gpu-nightly --model-path "$LLAMA" --tp "$TP" --dtype bfloat16 --attention-backend TRITON_ATTN \
   --gpu-memory-utilization 0.3 --report-dir "$OUT/gpu" --env gpu-vllm020 -- -q -rA > "$OUT/llama.log" 2>&1 || rc=$((rc ? rc : $?)); tail -25 "$OUT/llama.log"; }
+# The native-export cross-check (suites/native) on CUDA, held to fixtures/expectations/vllm-0.20.0-cuda.toml.
+case " $MODELS " in *" native "*)
+  timeout 420 "$PY" -m pytest suites/native -k "$NATIVE_K" -q -rA -p no:cacheprovider --harness-env gpu-vllm020-native \
+    --harness-report-dir "$OUT/native" > "$OUT/native.log" 2>&1 || rc=$((rc ? rc : $?)); tail -40 "$OUT/native.log";;
+esac
 exit $rc
