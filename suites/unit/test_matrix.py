@@ -38,3 +38,20 @@ def test_merge_fills_every_cell_and_never_passes_a_missing_version(tmp_path):
     assert m["rows"]["sched"][list(matrix.versions())[1]]["outcome"] == "not runnable here"
     html = matrix.to_html(m)
     assert "<script" not in html and "http" not in html.split("</style>")[1]
+
+
+def test_e2e_row_ignores_checks_that_do_not_apply(tmp_path):
+    """A check that is n/a here (e.g. the second client outside its vLLM range) neither passes nor breaks a row."""
+    env = next(iter(matrix.versions().values()))["env"]
+    rep = _report(env, [])
+    rep["e2e"] += [{"model": "m", "check": "second client", "result": "n/a", "measured": "out of range"},
+                   {"model": "only-na", "check": "c", "result": "n/a", "measured": "absent"},
+                   {"model": "numbers", "check": "c", "result": "fail", "measured": "off by 4"},
+                   {"model": "native:m", "check": "c", "result": "fail", "measured": "has its own rows"}]
+    (tmp_path / f"{env}.json").write_text(json.dumps(rep))
+    rows = matrix.merge(tmp_path)["rows"]
+    ver = next(iter(matrix.versions()))
+    assert rows["e2e[m]"][ver]["outcome"] == "pass"
+    assert rows["e2e[only-na]"][ver]["outcome"] == "n/a"
+    assert rows["e2e[numbers]"][ver]["outcome"] == "broken"  # a failing check in a passing run was expected
+    assert "e2e[native:m]" not in rows
