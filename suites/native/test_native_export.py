@@ -5,9 +5,13 @@ Same tiny model files, same prompts, float32 on both sides. Ours is the session'
 `extract_hidden_states` + `ExampleHiddenStatesConnector`, asked for the same layers through
 `native_export.map_layer_ids` (speculators' k -> native k + 1).
 
-* Agreement: max abs diff <= 1e-5 over all prompts and layers. Both sides run the same vLLM model
-  code and kernels; what differs is the batch each forward sees (different schedulers), which changes
-  matmul blocking, so bitwise equality is not promised. Hidden states here are O(1)-O(4).
+* Agreement: max abs diff <= max(1e-5, ours' own max abs diff from transformers' float32 hidden_states[k+1]
+  on this platform) over all prompts and layers. Both sides run the same vLLM model code; what differs is
+  the batch each forward sees (different schedulers), so bitwise equality is not promised. On CPU ours is
+  ~1e-6 from transformers, so the bound is 1e-5. On CUDA vLLM's float32 is coarser (on the H200, 0.20.0:
+  both paths ~1.9e-3 from the CPU reference, consistent with TF32 matmuls): the native path is then held
+  to the accuracy our own path reaches there, no tighter and no looser. Both deviations are recorded.
+  Hidden states here are O(1)-O(4).
 * The unmapped ids (the same numbers handed to vLLM) must NOT agree (differ by > 1e-2: one whole
   decoder layer), or the comparison could not tell the conventions apart.
 * The mapping function, the lock-file reader and the log reader are tested without vLLM in
@@ -37,6 +41,7 @@ from harness.pytest_plugin import check_expected
 TOL = 1e-5
 UNMAPPED_MIN = 1e-2
 REPEATS = 3
+GPU_SHARE = 0.1  # of the card, per native engine on CUDA
 
 
 def prompts_for(vocab: int) -> list[list[int]]:
@@ -58,11 +63,19 @@ class NativeRun:
     skip: str | None = None  # why the native comparison cannot run here
     skip_result: str = "n/a"
     last_layer: nx.NativeProbe | None = None  # native id n (the last layer's output) exported?
-    agreement: tuple[float, str] | None = None  # (max abs diff, what was compared), computed once
+    agreement: tuple[float, float, str] | None = None  # (max abs diff, tolerance, what was compared), once
 
     @property
     def model(self):
         return self.ours.model
+
+
+def _gpu_share() -> float | None:
+    """On CUDA a native engine takes a small share of the card (tiny models), so that the shared generator, the
+    native engine and the unmapped-ids engine fit side by side; elsewhere vLLM's own default."""
+    from vllm.platforms import current_platform
+
+    return nx.default_gpu_memory_utilization(GPU_SHARE) if current_platform.device_type == "cuda" else None
 
 
 def _layers(ours) -> list[int]:
@@ -106,7 +119,7 @@ def _start(name: str, runs) -> NativeRun:
                      f"kv_connector={nx.CONNECTOR}).generate(max_tokens=1)")
         exporter = None
         try:
-            exporter = nx.NativeExporter(model, layers)
+            exporter = nx.NativeExporter(model, layers, gpu_memory_utilization=_gpu_share())
             first = exporter.extract(prompts)
         except nx.NativeExportError as e:
             if exporter is not None:
@@ -271,28 +284,56 @@ def test_native_run_contracts(name, natives, record_e2e, record_observation, exp
 
 
 # -- agreement ----------------------------------------------------------------------------------------------
-def _max_diff(ours_results, theirs, ours_ids: list[int], their_ids: list[int]) -> float:
-    """Max abs diff over prompts and the layers both sides hold (matched by speculators id)."""
-    worst = 0.0
+def _diffs(ours_results, theirs, ours_ids: list[int], their_ids: list[int]) -> dict[int, float]:
+    """Per speculators layer id: max abs diff over prompts between ours and the native export (matched by id)."""
+    worst: dict[int, float] = {}
     for res, exp in zip(ours_results, theirs):
         for k, t in zip(their_ids, exp.hidden_states):
             h = res["hidden_states"][ours_ids.index(k)].float()
             assert tuple(h.shape) == tuple(t.shape), f"layer {k}: ours {tuple(h.shape)} vs native {tuple(t.shape)}"
-            worst = max(worst, float((h - t.float()).abs().max()))
+            worst[k] = max(worst.get(k, 0.0), float((h - t.float()).abs().max()))
     return worst
 
 
-def _agreement(nr: NativeRun) -> tuple[float, str]:
-    """Ours at speculators' ids vs the native export at the mapped ids, on the agreement prompts (once per model)."""
+def _max_diff(ours_results, theirs, ours_ids: list[int], their_ids: list[int]) -> float:
+    return max(_diffs(ours_results, theirs, ours_ids, their_ids).values(), default=0.0)
+
+
+def _vs_reference(tensors_per_prompt, ref, ids: list[int]) -> float:
+    """Max abs diff of [prompt][layer] tensors (in `ids` order) against transformers' [prompt][layer]."""
+    return max(float((t.float().cpu() - r.float().cpu()).abs().max())
+               for ts, rs in zip(tensors_per_prompt, ref) for t, r in zip(ts, rs))
+
+
+def _agreement(nr: NativeRun) -> tuple[float, float, str]:
+    """Ours at speculators' ids vs the native export at the mapped ids, on the agreement prompts (once per model).
+
+    Both sides are also held against transformers (`hidden_states[k + 1]`, float32, on this machine's CPU), so a
+    disagreement says which side moved: where only the native side is off, the native engine computes differently.
+    """
     if nr.agreement is None:
+        from harness import reference
+
         gen = nr.ours.generator
         prompts = prompts_for(nr.model.vocab_size)
         ours = gen.generate(prompts)
         assert [r["input_ids"].tolist() for r in ours] == [e.token_ids for e in nr.first]
-        d = _max_diff(ours, nr.first, list(gen.layer_ids), nr.layer_ids)
+        ids = list(gen.layer_ids)
+        per_layer = _diffs(ours, nr.first, ids, nr.layer_ids)
+        d = max(per_layer.values())
+        ref = reference.hidden_states(nr.model.path, prompts, nr.layer_ids)
+        ours_ref = _vs_reference([[r["hidden_states"][ids.index(k)] for k in nr.layer_ids] for r in ours], ref,
+                                 nr.layer_ids)
+        native_ref = _vs_reference([e.hidden_states for e in nr.first], ref, nr.layer_ids)
         native = nx.map_layer_ids(nr.layer_ids, nr.model.num_layers)
-        nr.agreement = d, (f"max abs diff {d:.2e} (tolerance {TOL:g}) over {sum(map(len, prompts))} tokens; "
-                           f"speculators ids {nr.layer_ids} = native {native}")
+        # Never tighter than 1e-5, never looser than our own accuracy here; where ours is off by more than a
+        # platform's precision explains (> UNMAPPED_MIN: e2e then fails or is expected broken), 1e-5 stands.
+        tol = max(TOL, ours_ref) if ours_ref <= UNMAPPED_MIN else TOL
+        nr.agreement = d, tol, (f"max abs diff {d:.2e} (tolerance {tol:.1e} = max({TOL:g}, ours vs transformers)) over "
+                                f"{sum(map(len, prompts))} tokens; "
+                           f"speculators ids {nr.layer_ids} = native {native}; per layer "
+                           + ", ".join(f"{k}: {v:.1e}" for k, v in sorted(per_layer.items()))
+                           + f"; vs transformers hidden_states[k+1]: ours {ours_ref:.1e}, native {native_ref:.1e}")
     return nr.agreement
 
 
@@ -302,10 +343,10 @@ def test_native_agrees_with_ours(name, natives, record_e2e):
     nr = natives(name)
     _need(nr, record_e2e, "agrees with ours (mapped ids k -> k+1), float32")
     _need_ours(nr, record_e2e, "agrees with ours (mapped ids k -> k+1), float32")
-    d, measured = _agreement(nr)
-    record_e2e(f"native:{name}", "agrees with ours (mapped ids k -> k+1), float32", "pass" if d <= TOL else "fail",
-               measured, max_abs_diff=d)
-    assert d <= TOL, f"ours and vLLM's native export differ by {d:.2e} > {TOL:g}"
+    d, tol, measured = _agreement(nr)
+    record_e2e(f"native:{name}", "agrees with ours (mapped ids k -> k+1), float32", "pass" if d <= tol else "fail",
+               measured, max_abs_diff=d, tolerance=tol)
+    assert d <= tol, f"ours and vLLM's native export differ by {d:.2e} > {tol:.1e}: {measured}"
 
 
 @pytest.mark.parametrize("name", contracts.E2E_MODELS)
@@ -331,9 +372,9 @@ def test_native_contract(name, runs, natives, record_observation, expectations):
         elif nr.ours.generator is None:
             obs.not_applicable = f"nothing to compare with: our generator did not start: {nr.ours.failed.text}"
         else:
-            d, measured = _agreement(nr)
-            obs.facts.update(max_abs_diff=d, tolerance=TOL, compared=measured)
-            obs.unshimmed = Attempt(True) if d <= TOL else Attempt.failed("Disagreement", measured)
+            d, tol, measured = _agreement(nr)
+            obs.facts.update(max_abs_diff=d, tolerance=tol, compared=measured)
+            obs.unshimmed = Attempt(True) if d <= tol else Attempt.failed("Disagreement", measured)
     record_observation(obs)
     check_expected(obs, expectations)
 
@@ -346,7 +387,7 @@ def test_unmapped_ids_disagree(name, natives, record_e2e):
     _need_ours(nr, record_e2e, "unmapped ids (same numbers) must disagree")
     gen = nr.ours.generator
     prompts = prompts_for(nr.model.vocab_size)
-    with nx.NativeExporter(nr.model, nr.layer_ids, convention="native") as unmapped:
+    with nx.NativeExporter(nr.model, nr.layer_ids, convention="native", gpu_memory_utilization=_gpu_share()) as unmapped:
         theirs = unmapped.extract(prompts)
     ours = gen.generate(prompts)
     d = _max_diff(ours, theirs, list(gen.layer_ids), nr.layer_ids)
