@@ -27,10 +27,36 @@ _SPECULATORS_AS_SHIPPED = HiddenStatesWorkerExtension
 _SPECULATORS_EAGLE3_SHIM = rebind(HiddenStatesWorkerExtension, {"supports_eagle3": eagle3.accepting})
 
 
+def run_forward_in_config_context(worker) -> None:
+    """Run this worker's `execute_model` inside `set_current_vllm_config(worker.vllm_config)`.
+
+    Not a speculators contract: vLLM's own engine calls the same `execute_model` RPC. vLLM wraps worker
+    construction, device and KV-cache initialisation in its config context, but not `execute_model`, so
+    a layer that builds a CustomOp during the forward fails with "Current vLLM config is not set". vLLM
+    0.20 and 0.22's CPU fused-MoE fallback (taken where the CPU lacks the prepacked-MoE kernels: seen on
+    an AVX2-only EPYC, not on the AVX-512 machine the expectations were first observed on) builds
+    `SiluAndMul` per call; in eager mode, which speculators' generator uses, every MoE forward does.
+    The context only makes the config readable; it changes no numbers. Set on the instance, once.
+    """
+    if worker.__dict__.get("_harness_config_context"):
+        return
+    from vllm.config import set_current_vllm_config
+
+    inner = worker.execute_model
+
+    def execute_model(*args, **kwargs):
+        with set_current_vllm_config(worker.vllm_config):
+            return inner(*args, **kwargs)
+
+    worker.execute_model = execute_model
+    worker._harness_config_context = True
+
+
 def setup_capture(worker, layer_ids, disabled: frozenset) -> dict:
     """speculators' capture set-up with the worker shims not in `disabled`; returns which ones engaged."""
     from vllm.model_executor.models.interfaces import supports_eagle3
 
+    run_forward_in_config_context(worker)
     model = worker.model_runner.model
     engaged = {}
     if kimi_stack.CONTRACT.id not in disabled:

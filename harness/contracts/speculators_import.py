@@ -69,9 +69,20 @@ def _last_exception(stderr: str) -> tuple[str, str]:
     return "ImportError", (stderr.strip().splitlines() or ["(no output)"])[-1]
 
 
+def _selected_in_fresh_interpreter() -> bool:
+    """What `needed()` decides in a fresh interpreter. In this one the shim may already be in place (any
+    generator started earlier in the session applied it), and then `needed()` rightly says no."""
+    proc = subprocess.run([sys.executable, "-c", "from harness.contracts.speculators_import import needed; "
+                           "print(needed())"], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"needed() failed in a fresh interpreter: {proc.stderr.strip().splitlines()[-1:]}")
+    return proc.stdout.strip().splitlines()[-1] == "True"
+
+
 def probe(ctx=None) -> Observation:
     unshimmed = _fresh_import(False)
     shimmed = None if unshimmed.ok else _fresh_import(True)
     import transformers
 
-    return Observation(CONTRACT, unshimmed, shimmed, {"transformers": transformers.__version__, "shim_selected": needed()})
+    return Observation(CONTRACT, unshimmed, shimmed,
+                       {"transformers": transformers.__version__, "shim_selected": _selected_in_fresh_interpreter()})
