@@ -33,9 +33,9 @@ def run_forward_in_config_context(worker) -> None:
     Not a speculators contract: vLLM's own engine calls the same `execute_model` RPC. vLLM wraps worker
     construction, device and KV-cache initialisation in its config context, but not `execute_model`, so
     a layer that builds a CustomOp during the forward fails with "Current vLLM config is not set". vLLM
-    0.20 and 0.22's CPU fused-MoE fallback (taken where the CPU lacks the prepacked-MoE kernels: seen on
-    an AVX2-only EPYC, not on the AVX-512 machine the expectations were first observed on) builds
-    `SiluAndMul` per call; in eager mode, which speculators' generator uses, every MoE forward does.
+    0.20 and 0.22's CPU fused-MoE fallback (taken where `torch.ops._C.prepack_moe_weight` is absent: seen
+    on an AVX2-only EPYC; on the machine these versions were first observed on, the MoE runs passed
+    without this) builds `SiluAndMul` per call, so every MoE forward does.
     The context only makes the config readable; it changes no numbers. Set on the instance, once.
     """
     if worker.__dict__.get("_harness_config_context"):
