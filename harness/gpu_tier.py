@@ -171,4 +171,10 @@ def today() -> str:
 
 
 def asdict_config(cfg: TierConfig) -> dict:
-    return asdict(cfg)
+    """The config as the report records it: the prompts file and report dir relative to the repo when inside it."""
+    from harness.contracts.base import short_path
+
+    out = asdict(cfg)
+    out["prompts_file"] = short_path(str(cfg.prompts_file))
+    out["report_dir"] = short_path(str(cfg.report_dir))
+    return out

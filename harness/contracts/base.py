@@ -31,9 +31,21 @@ class Outcome(str, enum.Enum):
 
 
 def summarize(text: str, limit: int = 500) -> str:
-    """An exception's text on one line (pydantic puts the field name on the second line)."""
+    """An exception's text on one line (pydantic puts the field name on the second line), without the
+    machine-specific path prefixes that `short_path` drops (an ImportError names the file it looked in)."""
     line = " | ".join(part.strip() for part in (text or "").strip().splitlines() if part.strip())
+    line = strip_machine_paths(line)
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+_SITE_PACKAGES = re.compile(r"/[^\s'\"()]*/site-packages/")
+
+
+def strip_machine_paths(text: str) -> str:
+    """`short_path` applied inside free text: `<anything>/site-packages/` and the repo root are dropped."""
+    from harness.paths import REPO_ROOT
+
+    return _SITE_PACKAGES.sub("", text).replace(str(REPO_ROOT) + "/", "")
 
 
 def short_path(filename: str) -> str:

@@ -31,3 +31,16 @@ def test_run_without_vllm_exits_2_with_a_clear_message():
                          env={**os.environ})
     assert out.returncode == 2
     assert "vLLM is not installed in this environment" in out.stderr
+
+
+def test_error_texts_and_gpu_config_carry_no_machine_paths():
+    """Reports are committed: an ImportError's file and the prompts file are recorded without this machine's prefix."""
+    from harness import gpu_tier
+    from harness.contracts.base import summarize
+    from harness.paths import REPO_ROOT
+
+    err = ("cannot import name 'x' from 'vllm.a' (/home/u/proj/.tox/e/lib/python3.11/site-packages/vllm/a.py); "
+           f"see {REPO_ROOT}/harness/worker.py")
+    assert summarize(err) == "cannot import name 'x' from 'vllm.a' (vllm/a.py); see harness/worker.py"
+    cfg = gpu_tier.TierConfig(model_path=None)
+    assert gpu_tier.asdict_config(cfg)["prompts_file"] == "fixtures/prompts/gpu-prompts.json"
