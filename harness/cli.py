@@ -1,7 +1,8 @@
 """`python -m harness {run,expectations,surface,...}`: thin commands over the library that tox also uses.
 
 Exit codes: 0 ok, 1 the run found a failure, 2 the command could not run (bad input, vLLM missing,
-no expectations for the installed vLLM).
+no expectations for the installed vLLM), 3 the run is incomplete (something was skipped, not observed or
+interrupted; a subset the user asked for, e.g. `run -- -k twophase`, exits 0 with an incomplete report).
 """
 
 from __future__ import annotations
@@ -59,7 +60,27 @@ def cmd_run(args) -> int:
 
     argv = [str(REPO_ROOT / s) for s in (args.suites or (QUICK_SUITES if args.quick else CPU_SUITES))]
     argv += ["--harness-env", args.env, "-p", "no:cacheprovider", *args.pytest_args]
-    return int(pytest.main(argv))
+    rc = int(pytest.main(argv))
+    from harness import pytest_plugin
+
+    return exit_code(rc, pytest_plugin.LAST_REPORT)
+
+
+INCOMPLETE = 3
+
+
+def exit_code(pytest_rc: int, rep: dict | None) -> int:
+    """The run's exit code from its report: pass 0, fail 1, incomplete 3 -- or 0 where the only thing missing
+    is what the user left out on purpose (a subset), never after an interruption."""
+    if rep is None:
+        return pytest_rc
+    if rep["status"] == "fail":
+        return 1
+    if rep["status"] == "incomplete":
+        kinds = {g["kind"] for g in rep["incomplete"]}
+        asked = "subset" in kinds and not kinds & {"interrupted", "stopped"}
+        return 0 if asked and pytest_rc == 0 else INCOMPLETE
+    return pytest_rc
 
 
 def _exit_now(rc: int) -> None:
@@ -103,9 +124,10 @@ def cmd_matrix(args) -> int:
 
     m = matrix.write(Path(args.report_dir))
     bad = [c["version"] for c in m["columns"] if c["status"] == "fail"]
+    partial = [c["version"] for c in m["columns"] if c["status"] == "incomplete"]
     print(f"harness: matrix of {len(m['rows'])} rows x {len(m['columns'])} versions written to {args.report_dir}"
-          + (f"; failing: {', '.join(bad)}" if bad else ""))
-    return 1 if bad else 0
+          + (f"; failing: {', '.join(bad)}" if bad else "") + (f"; incomplete: {', '.join(partial)}" if partial else ""))
+    return 1 if bad else INCOMPLETE if partial else 0
 
 
 def cmd_bench(args) -> int:

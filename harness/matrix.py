@@ -16,6 +16,7 @@ import tomllib
 from pathlib import Path
 
 from harness.paths import FIXTURES, REPORTS
+from harness.report import PROOF_NEEDED, PROOF_NOT_RUN, judge
 
 MATRIX_FILE = FIXTURES / "envs" / "matrix.toml"
 SCHEMA = "harness-matrix/1"
@@ -111,23 +112,28 @@ def merge(report_dir: Path = REPORTS) -> dict:
             bench = Path(report_dir) / f"{meta['env']}.bench.json"
             if bench.is_file():
                 rep["benchmark"] = json.loads(bench.read_text())
-            col.update(status=rep["status"], installed=rep["versions"], generated_at=rep["generated_at"],
+            # Judged again by the current rule from the report's own content: a report written under an older,
+            # greener rule does not keep its old verdict.
+            status, gaps = judge(rep)
+            col.update(status=status, incomplete=gaps, installed=rep["versions"], generated_at=rep["generated_at"],
                        wall_s=rep["tests"].get("wall_s"), tiers=rep["tiers"], tests=rep["tests"],
                        notes=rep.get("notes", []), benchmark=rep.get("benchmark"),
                        stale=rep.get("stale_expectations", []), mismatched=rep.get("mismatched", []))
             for c in rep["contracts"]:
                 rows.setdefault(c["contract"], {})[ver] = {
                     "outcome": c["outcome"], "expected": c.get("expected"), "shim": c.get("shim"),
-                    "reason": c.get("reason"), "error": (c.get("unshimmed") or {}).get("error")}
+                    "reason": c.get("reason"), "error": (c.get("unshimmed") or {}).get("error"),
+                    "proof": c.get("proof") or {"result": PROOF_NOT_RUN, "evidence": "the report records no proof"}}
             by_model: dict[str, list] = {}
             for e in rep.get("e2e", []):
                 if not e["model"].startswith("native:"):  # the native cross-check has its own row, native[<model>]
                     by_model.setdefault(e["model"], []).append(e)
             for model, checks in by_model.items():
-                results = {e["result"] for e in checks} - {"n/a"}  # a check that does not apply here says nothing
-                # A failing numeric check in a run that passed was expected to fail (e2e[model] = broken).
+                # A check that does not apply here says nothing; a measurement is not a check.
+                results = {e["result"] for e in checks} - {"n/a", "measured"}
+                # A failing numeric check in a run that did not fail was expected to fail (e2e[model] = broken).
                 outcome = ("n/a" if not results else "pass" if results <= {"pass"}
-                           else "broken" if rep["status"] == "pass" else "fail")
+                           else "broken" if status in ("pass", "incomplete") else "fail")
                 rows.setdefault(f"e2e[{model}]", {})[ver] = {
                     "outcome": outcome, "expected": "broken" if outcome == "broken" else None, "shim": None,
                     "reason": "; ".join(f"{e['check']}: {e['measured']}" for e in checks), "error": None}
@@ -156,26 +162,38 @@ def to_markdown(m: dict) -> str:
              head, "|---|" + "---|" * len(cols)]
     for key, cells in m["rows"].items():
         lines.append(f"| {key} | " + " | ".join(_short(cells[c["version"]]) for c in cols) + " |")
-    lines += ["| status | " + " | ".join(c["status"] for c in cols) + " |",
+    lines += ["| status | " + " | ".join(c["status"] if c["status"] != "incomplete" else "*incomplete*"
+                                         for c in cols) + " |",
               "| wall s | " + " | ".join(str(c.get("wall_s", "—")) for c in cols) + " |"]
     bench = [c for c in cols if c.get("benchmark")]
     if bench:
         lines.append("| throughput ratio | " + " | ".join(
             f"{c['benchmark']['ratio']:.2f}" if c.get("benchmark") else "—" for c in cols) + " |")
+    if any(PROOF_MARK in _short(cell) for cells in m["rows"].values() for cell in cells.values()):
+        lines += ["", f"{PROOF_MARK} shimmed, but the run did not prove the shim needed and sufficient."]
+    partial = [c for c in cols if c["status"] == "incomplete"]
+    if partial:
+        lines += ["", "Incomplete (nothing failed, but not everything was observed):"]
+        lines += [f"- {c['version']}: " + "; ".join(g["what"] for g in c["incomplete"]) for c in partial]
     missing = [c for c in cols if c["status"] == "not runnable here"]
     if missing:
         lines += ["", "Not runnable here:"] + [f"- {c['version']}: {c['reason']}" for c in missing]
     return "\n".join(lines) + "\n"
 
 
+PROOF_MARK = "†"
+
+
 def _short(cell: dict) -> str:
     o = cell["outcome"]
     mark = "" if cell.get("expected") in (None, o) else " ≠exp"
+    if o == "shimmed" and (cell.get("proof") or {}).get("result") != PROOF_NEEDED:
+        mark += PROOF_MARK
     return {"shimmed": "shimmed", "native": "native", "broken": "**broken**"}.get(o, o) + mark
 
 
 COLORS = {"native": "#d7f5dd", "shimmed": "#fff3c4", "broken": "#f8c9c9", "n/a": "#eeeeee", "pass": "#d7f5dd",
-          "fail": "#f8c9c9", "not runnable here": "#dddddd", "not observed": "#f8c9c9"}
+          "fail": "#f8c9c9", "not runnable here": "#dddddd", "not observed": "#f8c9c9", "incomplete": "#fde2b8"}
 
 
 def to_html(m: dict) -> str:
@@ -190,7 +208,9 @@ def to_html(m: dict) -> str:
            "<p>native: speculators' own call works; shimmed: it fails as documented and the harness's shim restores it;"
            " broken: no shim restores it. Rows native* are vLLM's own export (0.17+): native = it holds, broken = it"
            " does not hold here. Click a cell for the evidence.</p><table><tr><th>contract</th>"]
-    out += [f"<th>{esc(c['version'])}<br><small>{esc(c['status'])}</small></th>" for c in cols]
+    out += [f"<th style='background:{COLORS.get(c['status'], '#f4f4f4')}' title='"
+            + esc("; ".join(g["what"] for g in c.get("incomplete", []))) + f"'>{esc(c['version'])}<br>"
+            f"<small>{esc(c['status'])}</small></th>" for c in cols]
     out.append("</tr>")
     for key, cells in m["rows"].items():
         out.append(f"<tr><th style='text-align:left'>{esc(key)}</th>")
@@ -200,6 +220,7 @@ def to_html(m: dict) -> str:
             detail = "\n".join(x for x in (f"expected: {cell.get('expected')}" if cell.get("expected") else "",
                                            f"shim: {cell.get('shim')}" if cell.get("shim") else "",
                                            f"error: {cell.get('error')}" if cell.get("error") else "",
+                                           "proof: {result}: {evidence}".format(**cell["proof"]) if cell.get("proof") else "",
                                            cell.get("reason") or "") if x)
             out.append(f"<td style='background:{COLORS.get(o, '#fff')}'><details><summary>{esc(_short(cell))}</summary>"
                        f"<div>{esc(detail)}</div></details></td>")

@@ -639,10 +639,31 @@ def probe_layout(export: NativeExport, prompt: list[int], num_layers_requested: 
                        "safetensors.torch.load_file(hidden_states_path)", Attempt(True), returned, ok)
 
 
-def probe_write_protocol(export: NativeExport) -> NativeProbe:
-    """Which write protocol this vLLM uses (async with `<file>.lock` from 0.22, else synchronous); both read fine."""
+def connector_writes_lock_files() -> bool:
+    """Whether the installed connector's module creates `<file>.lock` (the async writer, 0.22+): read from
+    its source, independently of what the export we got looked like."""
+    import inspect
+
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    cls = KVConnectorFactory._registry[CONNECTOR]()
+    return ".lock" in inspect.getsource(inspect.getmodule(cls))
+
+
+def probe_write_protocol(export: NativeExport, writes_locks: bool) -> NativeProbe:
+    """The reader honoured the connector's write protocol: a connector whose writer creates `<file>.lock`
+    must have handed us a file with its lock (read under a shared flock, then removed); one without must
+    have handed over a complete file. Fails when the file and the connector's protocol disagree, or a lock
+    file is left behind after reading."""
     how = ("async: <file>.lock held by the writer, read under a shared flock, then removed" if export.waited_on_lock
            else "synchronous: file complete when the request returns, no lock file")
+    if writes_locks != export.waited_on_lock:
+        return NativeProbe("write protocol (lock file) handled", "read_export(hidden_states_path)", Attempt.failed(
+            "ContractViolated", f"the connector {'creates' if writes_locks else 'creates no'} lock files, but the "
+            f"export came {'without' if writes_locks else 'with'} one ({how})"), how, False)
+    if os.path.exists(export.path + ".lock"):
+        return NativeProbe("write protocol (lock file) handled", "read_export(hidden_states_path)", Attempt.failed(
+            "ContractViolated", f"{os.path.basename(export.path)}.lock is still there after reading"), how, False)
     return NativeProbe("write protocol (lock file) handled", "read_export(hidden_states_path)", Attempt(True), how, True)
 
 

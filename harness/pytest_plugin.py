@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -25,7 +27,15 @@ for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVC
                "TOKENIZERS_PARALLELISM": "false", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}.items():
     os.environ.setdefault(_k, _v)
 
-OBS, E2E, META, NOTE = "harness.observation", "harness.e2e", "harness.meta", "harness.note"
+OBS, E2E, META, NOTE, PROOF = "harness.observation", "harness.e2e", "harness.meta", "harness.note", "harness.proof"
+#: A skip whose reason starts with this is a declared n/a (the thing tested does not apply here, said why);
+#: any other skip leaves the run incomplete.
+NA_PREFIX = "n/a: "
+
+
+def not_applicable(reason: str):
+    """Skip a test because what it checks does not apply here (declared; the run can still pass)."""
+    pytest.skip(NA_PREFIX + reason)
 IGNORED_CHILDREN = ("multiprocessing.resource_tracker", "resource_tracker")
 
 
@@ -87,6 +97,14 @@ def record_e2e(request):
     def record(model: str, check: str, result: str, measured: str = "", **values) -> None:
         request.node.user_properties.append(
             (E2E, {"model": model, "check": check, "result": result, "measured": measured, **values}))
+    return record
+
+
+@pytest.fixture
+def record_proof(request):
+    """`record(key, result, text)`: a shim proof's result for contract row `key` (see harness.report.PROOF_*)."""
+    def record(key: str, result: str, text: str = "") -> None:
+        request.node.user_properties.append((PROOF, {"contract": key, "result": result, "evidence": text[:400]}))
     return record
 
 
@@ -179,6 +197,11 @@ class _Collector:
         self.tiers: dict[str, dict] = {}
         self.tests = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
         self.started = time.time()
+        self.proofs: dict[str, dict] = {}
+        self.skips: list[dict] = []
+        self.collected: list[str] = []
+        self.deselected = 0
+        self.interrupted: str | None = None
 
 
 _COLLECTOR = _Collector()
@@ -205,8 +228,13 @@ def pytest_runtest_logreport(report):
                 col.meta = value
             elif name == NOTE and value not in col.notes:
                 col.notes.append(value)
+            elif name == PROOF:
+                col.proofs[value["contract"]] = value
     if report.when == "call" or (report.when == "setup" and not report.passed):
         outcome = report.outcome if report.when == "call" or report.skipped else "error"
+        if report.skipped:
+            reason = _skip_reason(report)
+            col.skips.append({"test": report.nodeid, "reason": reason, "declared": reason.startswith(NA_PREFIX)})
         t["tests"] += 1
         col.tests[outcome] += 1
         t["failed" if outcome == "error" else outcome] += 1
@@ -215,6 +243,108 @@ def pytest_runtest_logreport(report):
         t["failed"] += 1
 
 
+def _skip_reason(report) -> str:
+    text = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return text[len("Skipped: "):] if text.startswith("Skipped: ") else text
+
+
+def pytest_configure(config):
+    """SIGTERM ends the run the way Ctrl-C does: fixtures tear down (workers stop at once) and the report
+    records the interruption. A second signal while tearing down kills what is left and exits."""
+    if hasattr(config, "workerinput") or threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_term(signum, frame):
+        if _COLLECTOR.interrupted:
+            _reap(_children())
+            os._exit(128 + signum)
+        _COLLECTOR.interrupted = signal.Signals(signum).name
+        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
+def pytest_keyboard_interrupt(excinfo):
+    _COLLECTOR.interrupted = _COLLECTOR.interrupted or "SIGINT (KeyboardInterrupt)"
+
+
+def pytest_deselected(items):
+    _COLLECTOR.deselected += len(items)
+
+
+def pytest_collection_finish(session):
+    _COLLECTOR.collected = [item.nodeid for item in session.items]
+
+
+#: The suites a complete CPU run covers, and the GPU tier's; a run that leaves any of their test files out is a subset.
+FULL_RUNS = {"cpu": ("suites/contracts", "suites/e2e", "suites/native", "suites/bad_input"), "gpu": ("suites/gpu",)}
+
+
+def _selection(config, col: _Collector) -> dict:
+    """What this run selected, and in what way it is a subset of the complete run (`subset`: one line each)."""
+    from harness.paths import REPO_ROOT
+
+    files = sorted({n.split("::")[0] for n in col.collected})
+    kind = "gpu" if files and all(f.startswith("suites/gpu/") for f in files) else "cpu"
+    full = sorted(str(p.relative_to(REPO_ROOT)) for d in FULL_RUNS[kind] for p in (REPO_ROOT / d).rglob("test_*.py"))
+    subset = []
+    left_out = [f for f in full if f not in files]
+    if left_out:
+        subset.append("not run: " + ", ".join(left_out))
+    if config.option.keyword:
+        subset.append(f"-k {config.option.keyword!r}")
+    if config.option.markexpr and not (kind == "gpu" and config.option.markexpr == "gpu"):
+        subset.append(f"-m {config.option.markexpr!r}")
+    if col.deselected:
+        subset.append(f"{col.deselected} tests deselected")
+    picked = [a for a in config.args if "::" in a]
+    if picked:
+        subset.append("single tests picked: " + ", ".join(a.split("/")[-1] for a in picked[:5]))
+    ran = sum(col.tests[k] for k in ("passed", "failed", "skipped", "error"))
+    stopped = (f"stopped after {ran} of {len(col.collected)} selected tests"
+               if ran < len(col.collected) and not col.interrupted else None)
+    return {"kind": kind, "files": files, "tests": len(col.collected), "subset": subset, "stopped_early": stopped}
+
+
+def _attach_proofs(rows: list[dict], proofs: dict[str, dict]) -> None:
+    """Every contract row says what its shim's proof showed, that it did not run, or why none applies."""
+    from harness import contracts
+    from harness.report import PROOF_NA, PROOF_NOT_RUN
+
+    wanted = contracts.proof_keys()
+    for row in rows:
+        key = row["contract"]
+        if key in proofs:
+            row["proof"] = {k: v for k, v in proofs[key].items() if k != "contract"}
+        elif key in wanted:
+            row["proof"] = {"result": PROOF_NOT_RUN, "evidence": "this run did not include its shim proof"}
+        else:
+            row["proof"] = {"result": PROOF_NA, "evidence": contracts.why_no_proof(key)}
+
+
+#: The last report this process wrote (the CLI reads its status for the exit code).
+LAST_REPORT: dict | None = None
+
+
+def _write_report(rep: dict, directory: Path) -> tuple[Path, Path]:
+    """An incomplete run never replaces a complete report of the same env: it goes to <env>.incomplete.*."""
+    from harness.report import write
+
+    target = directory / f"{rep['env']}.json"
+    if rep["status"] == "incomplete" and target.is_file():
+        try:
+            previous = json.loads(target.read_text()).get("status")
+        except (OSError, ValueError):
+            previous = None
+        if previous in ("pass", "fail"):
+            return write(rep, directory, name=f"{rep['env']}.incomplete")
+    for stale in (directory / f"{rep['env']}.incomplete.json", directory / f"{rep['env']}.incomplete.md"):
+        if rep["status"] != "incomplete" and stale.is_file():
+            stale.unlink()
+    return write(rep, directory)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown of session fixtures (generators closed)
 def pytest_sessionfinish(session, exitstatus):
     from harness.executor_view import release_zmq_contexts
 
@@ -224,7 +354,7 @@ def pytest_sessionfinish(session, exitstatus):
         return
     col = _COLLECTOR
     ran = {t for t, v in col.tiers.items() if v["tests"]} & {"contracts", "e2e", "bad_input", "native", "gpu"}
-    if config.getoption("--harness-no-report") or not ran:
+    if config.getoption("--harness-no-report") or not (ran or (col.interrupted and col.collected)):
         return
     if not col.meta:  # nothing observed (e.g. no generator started): still say which vLLM failed
         from harness import versions
@@ -235,7 +365,7 @@ def pytest_sessionfinish(session, exitstatus):
             col.notes.append(f"versions unknown: {e}")
     from harness import contracts, expectations as exp
     from harness.models import load_fixture
-    from harness.report import build, write
+    from harness.report import build
 
     families = [load_fixture(m)["family"] for m in contracts.E2E_MODELS]
     defined = set(contracts.keys(families)) | set(contracts.e2e_keys()) | set(contracts.native_keys())
@@ -249,12 +379,18 @@ def pytest_sessionfinish(session, exitstatus):
     tiers = {k: v for k, v in col.tiers.items() if v["tests"]}
     col.tests["wall_s"] = round(time.time() - col.started, 1)
     not_observed = sorted(set(contracts.keys(families)) - set(col.observations)) if "contracts" in tiers else []
-    rep = build(config.getoption("--harness-env"), col.meta, list(col.observations.values()), col.e2e, tiers,
-                col.tests, stale, not_observed, exp_file, col.notes)
-    j, m = write(rep, Path(config.getoption("--harness-report-dir")))
+    rows = list(col.observations.values())
+    _attach_proofs(rows, col.proofs)
+    rep = build(config.getoption("--harness-env"), col.meta, rows, col.e2e, tiers, col.tests, stale, not_observed,
+                exp_file, col.notes, selection=_selection(config, col), skips=col.skips, interrupted=col.interrupted)
+    global LAST_REPORT
+    LAST_REPORT = rep
+    j, m = _write_report(rep, Path(config.getoption("--harness-report-dir")))
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr:
         tr.write_line(f"harness: report written to {j} and {m} (status {rep['status']})")
+        for g in rep["incomplete"]:
+            tr.write_line(f"harness: incomplete: {g['what']}", yellow=True)
     if stale:
         if tr:
             tr.write_line(f"harness: STALE expectations (no such contract in this suite): {stale}", red=True)
@@ -293,15 +429,18 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture
 def numerics_expected(expectations):
-    """`check(model, ok, measured)`: the e2e numeric checks must pass, unless the expectations say this vLLM
-    computes wrong numbers for the model (e2e[model] = broken), in which case they must fail (strict)."""
-    def check(model: str, ok: bool, measured: str, vs_reference: bool = True) -> None:
-        """`vs_reference=False` (e.g. batch invariance): under a broken expectation the numbers are wrong
-        anyway, so the check is recorded, not held either way."""
+    """`check(model, ok, measured)` for a comparison with transformers: it must hold, unless the expectations
+    say this vLLM computes wrong numbers for the model (e2e[model] = broken); then it must still fail (strict:
+    an unexpected pass fails, as everywhere else)."""
+    def check(model: str, ok: bool, measured: str) -> None:
         exp = expectations["table"].get(f"e2e[{model}]")
         if observe_only() or exp is None or exp.outcome.value != "broken":
             assert ok, measured
             return
-        if vs_reference:
-            assert not ok, f"e2e[{model}] is expected broken ({exp.reason}) but the numbers now match: {measured}"
+        assert not ok, f"e2e[{model}] is expected broken ({exp.reason}) but the numbers now match: {measured}"
     return check
+
+
+def expected_broken(expectations, model: str) -> bool:
+    exp = expectations["table"].get(f"e2e[{model}]")
+    return exp is not None and exp.outcome.value == "broken" and not observe_only()

@@ -33,21 +33,83 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
+#: A run's verdict. `pass`: every contract observed and as expected, every selected test passed, nothing skipped
+#: but a declared n/a, every shim's proof recorded. `incomplete`: nothing failed, but something was not observed
+#: (a subset ran, a skip, an interruption, a proof not run): `incomplete` lists what. `fail`: something did not
+#: hold. A run is never greener than what it observed.
+STATUSES = ("pass", "incomplete", "fail")
+#: Why a run is incomplete, by kind; only "subset" is what a user asks for (`run -- -k twophase`).
+SUBSET = "subset"
+
+
+def judge(rep: dict) -> tuple[str, list[dict]]:
+    """The status of a report from its own content, and (for incomplete) what was not observed.
+
+    Reports written before a field existed are judged by what they lack: no recorded selection, skips
+    without reasons or rows without a proof result make them incomplete, never pass."""
+    tests = rep.get("tests", {})
+    failed = tests.get("failed", 0) + tests.get("error", 0)
+    if rep.get("mismatched") or rep.get("unexpected") or rep.get("stale_expectations") or failed:
+        return "fail", []
+    gaps: list[dict] = []
+
+    def gap(kind: str, text: str) -> None:
+        gaps.append({"kind": kind, "what": text})
+
+    if rep.get("interrupted"):
+        ran = sum(tests.get(k, 0) for k in ("passed", "failed", "skipped", "error"))
+        of = (rep.get("selection") or {}).get("tests")
+        gap("interrupted", f"the run was interrupted ({rep['interrupted']}) after {ran}"
+            + (f" of {of} selected tests" if of else " tests"))
+    selection = rep.get("selection")
+    if selection is None:
+        gap("unrecorded", "the report does not record which tests were selected")
+    else:
+        for text in selection.get("subset", []):
+            gap(SUBSET, text)
+        if selection.get("stopped_early"):
+            gap("stopped", selection["stopped_early"])
+    if rep.get("not_observed"):
+        gap("not observed", "contracts not observed: " + ", ".join(rep["not_observed"]))
+    skips = rep.get("skips")
+    if skips is None and tests.get("skipped"):
+        gap("skipped", f"{tests['skipped']} tests skipped; the report does not record why")
+    undeclared = [s for s in skips or [] if not s.get("declared")]
+    if undeclared:
+        gap("skipped", f"{len(undeclared)} tests skipped without a declared n/a: "
+            + "; ".join(f"{s['test']} ({s['reason'][:80]})" for s in undeclared[:5]))
+    unproven = [c["contract"] for c in rep.get("contracts", []) if (c.get("proof") or {}).get("result") == PROOF_NOT_RUN
+                or (c["outcome"] == "shimmed" and not (c.get("proof") or {}).get("result"))]
+    if unproven:
+        gap("proof not run", "shim proofs not run for: " + ", ".join(sorted(set(unproven))))
+    return ("incomplete" if gaps else "pass"), gaps
+
+
+#: A contract row's `proof.result` (see suites/contracts/test_shim_proofs.py).
+PROOF_NEEDED = "needed and sufficient"  # without the shim: the documented failure; with it: it works
+PROOF_NOT_NEEDED = "not needed here"  # without the shim speculators works (the contract is native here)
+PROOF_FAILED = "failed"  # the proof did not show what the expectations say
+PROOF_NA = "n/a"  # no proof applies (no shim, or no working shim to prove); `why` says which
+PROOF_NOT_RUN = "not run"  # the contract has a proof, but this run did not run it
+
+
 def build(env: str, meta: dict, contracts: list[dict], e2e: list[dict], tiers: dict, tests: dict,
-          stale: list[str], not_observed: list[str], expectations_file: str | None, notes: list[str]) -> dict:
+          stale: list[str], not_observed: list[str], expectations_file: str | None, notes: list[str],
+          selection: dict | None = None, skips: list[dict] | None = None, interrupted: str | None = None) -> dict:
     mismatched = [c["contract"] for c in contracts if c.get("expected") and c["expected"] != c["outcome"]]
     unexpected = [c["contract"] for c in contracts if not c.get("expected")]
-    failed = tests.get("failed", 0) + tests.get("error", 0)
-    status = "pass" if not (mismatched or unexpected or stale or failed) else "fail"
-    return {
-        "schema": SCHEMA, "env": env, "generated_at": now(), "status": status,
+    rep = {
+        "schema": SCHEMA, "env": env, "generated_at": now(), "status": None, "incomplete": [],
         "versions": {k: meta.get(k) for k in ("vllm", "vllm_distribution", "speculators", "torch", "transformers", "python")},
         "platform": {k: meta.get(k) for k in ("device_type", "machine", "cpus")},
         "expectations_file": expectations_file,
         "contracts": sorted(contracts, key=lambda c: c["contract"]),
         "mismatched": mismatched, "unexpected": unexpected, "stale_expectations": stale, "not_observed": not_observed,
-        "e2e": e2e, "tiers": tiers, "tests": tests, "notes": notes,
+        "e2e": e2e, "tiers": tiers, "tests": tests, "selection": selection, "skips": skips or [],
+        "interrupted": interrupted, "notes": notes,
     }
+    rep["status"], rep["incomplete"] = judge(rep)
+    return rep
 
 
 def markdown(rep: dict) -> str:
@@ -59,15 +121,18 @@ def markdown(rep: dict) -> str:
         f"transformers {v.get('transformers')}, Python {v.get('python')}; platform {p.get('device_type')} "
         f"({p.get('machine')}, {p.get('cpus')} CPUs). Generated {rep['generated_at']}.",
         "",
-        "| contract | observed | expected | shim | evidence |",
-        "|---|---|---|---|---|",
+        "| contract | observed | expected | shim | proof | evidence |",
+        "|---|---|---|---|---|---|",
     ]
     for c in rep["contracts"]:
         mark = "" if c.get("expected") == c["outcome"] else " **MISMATCH**"
         evidence = c["unshimmed"]["error"] if c["unshimmed"] and not c["unshimmed"]["ok"] else c["reason"]
         evidence = (evidence or "").replace("|", "\\|")[:160]
+        proof = (c.get("proof") or {}).get("result") or "—"
         lines.append(f"| {c['contract']} | {c['outcome']}{mark} | {c.get('expected') or '—'} | "
-                     f"{c.get('shim') or ''} | {evidence} |")
+                     f"{c.get('shim') or ''} | {proof} | {evidence} |")
+    if rep.get("incomplete"):
+        lines += ["", "**Incomplete:**"] + [f"- {g['what']}" for g in rep["incomplete"]]
     for label, key in (("Stale expectations", "stale_expectations"), ("Not observed", "not_observed"),
                        ("Without expectation", "unexpected")):
         if rep.get(key):
@@ -87,9 +152,10 @@ def markdown(rep: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(rep: dict, directory: Path) -> tuple[Path, Path]:
+def write(rep: dict, directory: Path, name: str | None = None) -> tuple[Path, Path]:
     directory = Path(directory)
-    j, m = directory / f"{rep['env']}.json", directory / f"{rep['env']}.md"
+    name = name or rep["env"]
+    j, m = directory / f"{name}.json", directory / f"{name}.md"
     write_atomic(j, json.dumps(rep, indent=2, sort_keys=False, default=str) + "\n")
     write_atomic(m, markdown(rep))
     return j, m

@@ -60,3 +60,26 @@ def e2e_keys() -> list[str]:
     """Optional expectation keys for the end-to-end numerics: present only where a vLLM is known to compute
     wrong numbers for a model (outcome "broken"); absent means the numeric checks must pass."""
     return [f"e2e[{m}]" for m in E2E_MODELS]
+
+
+def proof_ids() -> list[str]:
+    """Contracts whose shim is proven needed and sufficient (suites/contracts/test_shim_proofs.py): every one
+    that has a shim. Derived, never listed by hand."""
+    return [m.CONTRACT.id for m in modules() if m.CONTRACT.shim]
+
+
+def proof_keys() -> list[str]:
+    """The contract rows a complete run carries a proof result for: per-model contracts once per tiny model."""
+    from harness.models import load_fixture
+
+    families = [load_fixture(m)["family"] for m in E2E_MODELS]
+    return [f"{i}[{f}]" if i in PER_MODEL else i for i in proof_ids() for f in (families if i in PER_MODEL else [None])]
+
+
+def why_no_proof(key: str) -> str:
+    """For a row outside proof_keys(): why no shim proof applies to it."""
+    cid = key.split("[")[0]
+    module = by_id().get(cid)
+    if module is None:
+        return "not one of speculators' calls (vLLM's own export, or an end-to-end row): no shim to prove"
+    return "the contract has no shim: there is nothing to prove"

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from harness.contracts.base import Contract, Observation
 
-#: Llama supports Eagle3 natively everywhere; the shim is exercised on the DeepseekV3 fixture.
-PROOF_MODEL = "tiny-deepseek-v3"
-
 CONTRACT = Contract(
     id="eagle3",
     assumes="supports_eagle3(model) is True for the target model",

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from harness.contracts.base import Contract, Observation
 
-#: Only Kimi-K2.5's wrapper lacks `.model`.
-PROOF_MODEL = "tiny-kimi-k25"
 
 CONTRACT = Contract(
     id="kimistack",

@@ -58,6 +58,11 @@ def _fresh_import(with_shim: bool) -> Attempt:
     return Attempt.failed(kind, message, raised_at="import " + TARGET)
 
 
+def prove(with_shim: bool) -> Attempt:
+    """The shim proof's run: speculators' own import in a fresh interpreter, with or without the shim."""
+    return _fresh_import(with_shim)
+
+
 def _last_exception(stderr: str) -> tuple[str, str]:
     """The exception a traceback ended with (pydantic adds a 'For further information' line after it)."""
     import re

@@ -1,24 +1,26 @@
 """Each shim is needed and sufficient, shown with speculators' own generator on this vLLM.
 
-For every contract with a shim: start speculators' `VllmHiddenStatesGenerator` (through the harness,
-with every other shim on) with that one shim left out, and extract a batch twice. Where the
-expectations say the contract is shimmed, that run must fail with the failure the contract
-documents (needed); the shimmed run of the same batch is the end-to-end suite (sufficient). Where
-the contract is native, the run without the shim must pass (the shim is not needed here).
+For every contract row that has a shim (`harness.contracts.proof_keys()`, derived from the contract modules):
+start speculators' `VllmHiddenStatesGenerator` (through the harness, with every other shim on) with that one
+shim left out, and extract a batch twice. Where the expectations say the row is shimmed, that run must fail
+with the failure the contract documents (needed); the shimmed run of the same batch is the end-to-end suite
+(sufficient). Where the row is native, the run without the shim must pass (not needed here). Each result is
+recorded on the contract's row of the env report (`proof`), so a report without it is incomplete, not green.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 
 import pytest
 
 from harness import contracts
 from harness.contracts.base import Attempt, Outcome
+from harness.pytest_plugin import not_applicable
+from harness.report import PROOF_FAILED, PROOF_NA, PROOF_NEEDED, PROOF_NOT_NEEDED
 
-SHIMMED_CONTRACTS = ["schedcfg", "memory", "blocksize", "kvlayout", "kvhelpers", "sched", "request", "prefixcache", "rpc", "twophase",
-                     "embed", "eagle3", "kimistack"]
 PROMPTS = [[(7 * i + 3 * j) % 500 + 4 for j in range(40)] for i in range(2)]  # 2 full blocks and more each
 
 
@@ -35,69 +37,97 @@ def _extract(name: str, disable: frozenset, calls: int = 2):
     return results
 
 
-def _key(module, name: str) -> str:
+def _model_for(key: str) -> str:
+    """The tiny model a proof runs on: the row's own model for per-model rows, tiny Llama otherwise."""
     from harness.models import load_fixture
 
-    cid = module.CONTRACT.id
-    return f"{cid}[{load_fixture(name)['family']}]" if cid in contracts.PER_MODEL else cid
+    if "[" not in key:
+        return "tiny-llama"
+    family = key.split("[")[1].rstrip("]")
+    return next(m for m in contracts.E2E_MODELS if load_fixture(m)["family"] == family)
 
 
-@pytest.mark.parametrize("cid", SHIMMED_CONTRACTS)
-def test_shim_needed_and_sufficient(cid, expectations, record_note):
+def _without_shim(cid: str, name: str) -> Attempt:
+    """speculators' run with this one shim left out (the contract module may say how: `prove(with_shim)`)."""
     from harness import models
     from harness.contracts import mla
 
     module = contracts.by_id()[cid]
-    name = getattr(module, "PROOF_MODEL", "tiny-llama")
-    key = _key(module, name)
-    exp = expectations["table"].get(key)
-    assert exp is not None, f"no expectation for {key}"
-    if exp.outcome not in (Outcome.NATIVE, Outcome.SHIMMED):
-        pytest.skip(f"{key} is expected {exp.outcome} on this vLLM: there is no working shim to prove")
+    if hasattr(module, "prove"):
+        return module.prove(False)
+    if cid == mla.CONTRACT.id:
+        return _start_with_mla_on(models.build(name))
     mla.prepare(models.build(name))
     context = getattr(module, "PROOF_CONTEXT", frozenset())
     without, _ = Attempt.run(lambda: _extract(name, frozenset({cid}) | context))
+    return without
+
+
+def _sufficient_alone(cid: str, name: str) -> Attempt | None:
+    """With its shim on but a context shim left out (C-request needs prefix caching left on to fail): one call.
+    None where the shimmed run is the end-to-end suite itself."""
+    module = contracts.by_id()[cid]
+    if hasattr(module, "prove"):
+        return module.prove(True)
+    context = getattr(module, "PROOF_CONTEXT", frozenset())
+    if not context:
+        return None
+    alone, _ = Attempt.run(lambda: _extract(name, context, calls=1))
+    return alone
+
+
+@pytest.mark.parametrize("key", contracts.proof_keys())
+def test_shim_needed_and_sufficient(key, expectations, record_proof, record_note):
+    cid, name = key.split("[")[0], _model_for(key)
+    module = contracts.by_id()[cid]
+    exp = expectations["table"].get(key)
+    assert exp is not None, f"no expectation for {key}"
+    if exp.outcome not in (Outcome.NATIVE, Outcome.SHIMMED):
+        why = f"{key} is expected {exp.outcome} on this vLLM ({exp.reason}): there is no working shim to prove"
+        record_proof(key, PROOF_NA, why)
+        not_applicable(why)
+    without = _without_shim(cid, name)
     if exp.outcome is Outcome.NATIVE:
+        record_proof(key, PROOF_NOT_NEEDED if without.ok else PROOF_FAILED, f"without {module.CONTRACT.shim}: {without.text}")
         assert without.ok, f"{key} is expected native, yet speculators fails without its shim: {without.text}"
         return
+    documented = module.CONTRACT.documented(without)
+    alone = _sufficient_alone(cid, name) if documented else None
+    ok = documented and (alone is None or alone.ok)
+    record_proof(key, PROOF_NEEDED if ok else PROOF_FAILED,
+                 f"without {module.CONTRACT.shim}: {without.text}"
+                 + (f"; with it: {alone.text}" if alone is not None else "; with it: the end-to-end suite"))
     assert not without.ok, f"{key}: speculators works without shim {module.CONTRACT.shim}: the shim is not needed"
-    assert module.CONTRACT.documented(without), (
-        f"{key}: without its shim speculators fails, but not with the documented failure: {without.text}")
-    if context:
-        # Sufficient on its own: the same conditions, this shim on (one call: the context's own
-        # failure, e.g. C-prefixcache's truncation on a repeat, is that contract's proof).
-        alone, _ = Attempt.run(lambda: _extract(name, context, calls=1))
-        assert alone.ok, f"{key}: with its shim (and {sorted(context)} left out) it still fails: {alone.text}"
+    assert documented, f"{key}: without its shim speculators fails, but not with the documented failure: {without.text}"
+    assert alone is None or alone.ok, f"{key}: with its shim (the context shims left out) it still fails: {alone.text}"
     record_note(f"shim proof {key}: without {module.CONTRACT.shim}: {without.text[:160]}")
 
 
-def test_mla_shim_needed(expectations, monkeypatch):
-    """Where C-mla is shimmed, starting the DeepseekV3 fixture with MLA on fails in the worker for the documented reason."""
-    from harness import models
+def _start_with_mla_on(model) -> Attempt:
+    """C-mla's run without its shim: start the model with MLA on. The root cause is logged by the worker, not
+    raised in the driver, so the workers get a log file (spawned workers inherit stdout and stderr)."""
     from harness.contracts import mla
     from harness.generator import HarnessGenerator
 
-    name = "tiny-deepseek-v3"
-    exp = expectations["table"][f"mla[{models.load_fixture(name)['family']}]"]
-    if exp.outcome is not Outcome.SHIMMED:
-        pytest.skip(f"mla is expected {exp.outcome} here: MLA runs as is, nothing to prove")
-    monkeypatch.delenv(mla.ENV, raising=False)
-    # The root cause is logged by the worker, not raised in the driver: give the workers a log file
-    # (vLLM logs to stdout, tracebacks go to stderr; spawned workers inherit both descriptors).
+    saved_env = os.environ.pop(mla.ENV, None)
     with tempfile.TemporaryFile(mode="w+") as log:
         saved = {fd: os.dup(fd) for fd in (1, 2)}
         for fd in saved:
             os.dup2(log.fileno(), fd)
         try:
-            start, gen = Attempt.run(lambda: HarnessGenerator(models.build(name).path, [1], max_model_len=256))
+            start, gen = Attempt.run(lambda: HarnessGenerator(model.path, [1], max_model_len=256))
         finally:
             for fd, copy in saved.items():
                 os.dup2(copy, fd)
                 os.close(copy)
+            if saved_env is not None:
+                os.environ[mla.ENV] = saved_env
         if gen is not None:
             gen.close()
         log.seek(0)
         worker_log = log.read()
-    assert not start.ok, "the DeepseekV3 fixture started with MLA on, yet the expectations say MLA needs disabling"
-    assert any(__import__("re").search(p, worker_log) for p in mla.CONTRACT.failures), (
-        f"executor start failed ({start.text}) but the worker log does not show the documented MLA failure")
+    if start.ok:
+        return start
+    documented = [line.strip() for line in worker_log.splitlines() if any(re.search(p, line) for p in mla.CONTRACT.failures)]
+    return Attempt.failed(start.error_type or "RuntimeError",
+                          (documented[-1][-300:] + " (worker log)") if documented else start.error or "", **start.detail)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import random
 
-import pytest
 
 from harness import second_client
+from harness.pytest_plugin import not_applicable
 
 TOL = 1e-6
 
@@ -21,7 +21,7 @@ def test_speculators_040_matches_ours(runs, tmp_path, record_e2e):
     ok, why = second_client.supports_installed_vllm(tree)
     if not ok:
         record_e2e("tiny-llama", "speculators 0.4.0 (second client) agrees", "n/a", why)
-        pytest.skip(why)
+        not_applicable(why)
     run = runs("tiny-llama")
     layers = sorted(set(run.generator.layer_ids))
     rng = random.Random(11)

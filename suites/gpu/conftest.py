@@ -44,6 +44,14 @@ class TierRun:
     def hidden_size(self) -> int:
         return int(self.text_config["hidden_size"])
 
+    def reference_batch(self) -> list:
+        """The batch every comparison is made against: the one test_batch_shapes_dtype_finite extracted, or
+        extracted now when that test did not run first (a test run alone still compares something)."""
+        if not self.batch:
+            self.first_batch = self.generator.generate(self.prompts)
+            self.batch = self.generator.generate(self.prompts)
+        return self.batch
+
     def close(self) -> None:
         if not self.closed:
             self.facts["peak_memory_bytes_per_rank"] = self.generator.real_executor.collective_rpc("_harness_peak_memory")

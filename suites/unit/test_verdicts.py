@@ -1,0 +1,138 @@
+"""No verdict greener than its evidence: how a run's status, its exit code and the matrix are judged."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+
+from harness import cli, contracts, matrix, report
+from harness.paths import REPO_ROOT
+
+SHIMMED_ROW = {"contract": "sched", "outcome": "shimmed", "expected": "shimmed", "shim": "s", "reason": "r",
+               "unshimmed": {"ok": False, "error": "TypeError"},
+               "proof": {"result": report.PROOF_NEEDED, "evidence": "without s: TypeError"}}
+FULL = {"kind": "cpu", "files": [], "tests": 3, "subset": [], "stopped_early": None}
+
+
+def _rep(rows=(SHIMMED_ROW,), tests=None, **extra):
+    args = dict(selection=FULL, skips=[], interrupted=None)
+    args.update(extra)
+    return report.build("e", {"vllm": "0.16.0"}, [dict(r) for r in rows], [], {},
+                        tests or {"passed": 3, "failed": 0, "skipped": 0, "error": 0}, [], [], "f.toml", [], **args)
+
+
+def test_complete_observed_run_passes():
+    rep = _rep()
+    assert rep["status"] == "pass" and rep["incomplete"] == []
+
+
+def test_a_subset_is_incomplete_and_says_what():
+    rep = _rep(selection={**FULL, "subset": ["-k 'twophase'"]}, )
+    assert rep["status"] == "incomplete" and rep["incomplete"] == [{"kind": "subset", "what": "-k 'twophase'"}]
+
+
+def test_not_observed_contracts_are_incomplete():
+    rep = report.build("e", {}, [SHIMMED_ROW], [], {}, {"failed": 0}, [], ["twophase"], "f", [], selection=FULL, skips=[])
+    assert rep["status"] == "incomplete" and "twophase" in rep["incomplete"][0]["what"]
+
+
+def test_only_a_declared_na_skip_may_pass():
+    declared = {"test": "t1", "reason": "n/a: no MLA", "declared": True}
+    other = {"test": "t2", "reason": "needs a GPU", "declared": False}
+    assert _rep(skips=[declared])["status"] == "pass"
+    rep = _rep(skips=[declared, other])
+    assert rep["status"] == "incomplete" and "t2 (needs a GPU)" in rep["incomplete"][0]["what"]
+
+
+def test_a_shimmed_row_without_its_proof_is_incomplete():
+    unproven = {k: v for k, v in SHIMMED_ROW.items() if k != "proof"}
+    assert _rep([unproven])["status"] == "incomplete"
+    not_run = {**SHIMMED_ROW, "proof": {"result": report.PROOF_NOT_RUN}}
+    assert _rep([not_run])["incomplete"][0]["kind"] == "proof not run"
+
+
+def test_interruption_is_recorded_and_incomplete():
+    rep = _rep(interrupted="SIGTERM", tests={"passed": 1, "failed": 0, "skipped": 0, "error": 0})
+    assert rep["status"] == "incomplete" and "interrupted (SIGTERM) after 1 of 3" in rep["incomplete"][0]["what"]
+
+
+def test_failure_wins_over_everything():
+    assert _rep(tests={"passed": 1, "failed": 1, "skipped": 0, "error": 0}, interrupted="SIGINT")["status"] == "fail"
+    assert _rep([{**SHIMMED_ROW, "expected": "native"}])["status"] == "fail"
+
+
+def test_a_report_from_before_selection_was_recorded_is_not_pass():
+    """The committed matrix's reports predate these fields: judged again, they are incomplete, not pass."""
+    old = {"status": "pass", "contracts": [{k: v for k, v in SHIMMED_ROW.items() if k != "proof"}],
+           "tests": {"passed": 43, "failed": 0, "skipped": 18, "error": 0}, "not_observed": []}
+    status, gaps = report.judge(old)
+    assert status == "incomplete" and {g["kind"] for g in gaps} == {"unrecorded", "skipped", "proof not run"}
+
+
+@pytest.mark.parametrize("status,kinds,pytest_rc,want", [
+    ("pass", [], 0, 0), ("fail", [], 1, 1), ("fail", [], 0, 1),
+    ("incomplete", ["subset", "not observed"], 0, 0),  # the user asked for a subset
+    ("incomplete", ["skipped"], 0, cli.INCOMPLETE), ("incomplete", ["subset", "interrupted"], 2, cli.INCOMPLETE),
+])
+def test_exit_code(status, kinds, pytest_rc, want):
+    rep = {"status": status, "incomplete": [{"kind": k, "what": k} for k in kinds]}
+    assert cli.exit_code(pytest_rc, rep) == want
+
+
+def test_incomplete_run_never_replaces_a_complete_report(tmp_path):
+    from harness.pytest_plugin import _write_report
+
+    report.write(_rep(), tmp_path)
+    partial = _rep(interrupted="SIGINT")
+    j, _ = _write_report(partial, tmp_path)
+    assert j.name == "e.incomplete.json"
+    assert json.loads((tmp_path / "e.json").read_text())["status"] == "pass"
+    j, _ = _write_report(_rep(), tmp_path)  # a later complete run replaces both
+    assert j.name == "e.json" and not (tmp_path / "e.incomplete.json").exists()
+
+
+def test_matrix_shows_incomplete_and_unproven_cells(tmp_path):
+    env = next(iter(matrix.versions().values()))["env"]
+    rep = _rep([{k: v for k, v in SHIMMED_ROW.items() if k != "proof"}])
+    rep.update(e2e=[], generated_at="t")
+    (tmp_path / f"{env}.json").write_text(json.dumps(rep))
+    m = matrix.merge(tmp_path)
+    assert m["columns"][0]["status"] == "incomplete"
+    md = matrix.to_markdown(m)
+    assert "*incomplete*" in md and f"shimmed{matrix.PROOF_MARK}" in md and "shim proofs not run for: sched" in md
+
+
+def test_proofs_cover_every_contract_with_a_shim():
+    """The proof list is derived from the contracts (C-import, once missing from a hand-kept list, included)."""
+    ids = contracts.proof_ids()
+    assert "import" in ids and "mla" in ids
+    assert set(ids) == {m.CONTRACT.id for m in contracts.modules() if m.CONTRACT.shim}
+    keys = contracts.proof_keys()
+    assert "embed[kimi_k25]" in keys and "import" in keys and not any(k.startswith("layer") for k in keys)
+
+
+@pytest.mark.parametrize("module", contracts.modules(), ids=lambda m: m.CONTRACT.id)
+def test_every_shim_reference_resolves(module):
+    ref = module.CONTRACT.shim
+    if ref is None:
+        return
+    dotted = ref.split(" ")[0]
+    parts = dotted.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        assert callable(obj), f"{ref} is not callable"
+        return
+    pytest.fail(f"{ref}: no importable module in it")
+
+
+def test_committed_reports_hold_no_object_addresses():
+    hits = [p.name for p in (REPO_ROOT / "reports").rglob("*") if p.suffix in (".json", ".md", ".html")
+            and "object at 0x" in p.read_text()]
+    assert not hits, f"object reprs with memory addresses in {hits}"
