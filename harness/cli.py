@@ -35,7 +35,7 @@ def cmd_expectations(args) -> int:
     try:
         ver = versions.vllm_version()
         path, table = expectations.load(ver, versions.device_type())
-    except (versions.VllmNotInstalled, expectations.NoExpectations) as e:
+    except (versions.VllmNotInstalled, expectations.NoExpectations, expectations.BadExpectations) as e:
         return _fail(str(e))
     print(f"# {path}")
     for key, e in sorted(table.items()):
@@ -56,6 +56,15 @@ def cmd_run(args) -> int:
     rc = cmd_expectations(argparse.Namespace()) if not (args.skip_expectation_check or observe_only()) else 0
     if rc:
         return rc
+    if observe_only():  # observing needs no expectations, but a file that exists must still be valid
+        from harness import expectations
+
+        try:
+            path = expectations.file_for(versions.vllm_version(), versions.device_type())
+            if path.is_file():
+                expectations.load_file(path)
+        except expectations.BadExpectations as e:
+            return _fail(str(e))
     import pytest
 
     argv = [str(REPO_ROOT / s) for s in (args.suites or (QUICK_SUITES if args.quick else CPU_SUITES))]
@@ -108,8 +117,11 @@ def cmd_gpu_nightly(args) -> int:
     report = Path(args.report_dir) / f"{gpu_tier.today()}-{name}.json"
     if report.is_file():
         drift = json.loads(report.read_text())["drift"]
-        print(f"harness: {report}: drift vs {drift['compared_with'] or 'nothing'}: "
-              + ("DRIFT: " + "; ".join(drift["changes"]) if drift["drifted"] else "none"))
+        if drift.get("outcome") == gpu_tier.NO_BASELINE:
+            print(f"harness: {report}: NO BASELINE: {drift['changes'][0]}; this report is the baseline from now on")
+        else:
+            print(f"harness: {report}: drift vs {drift['compared_with']}: "
+                  + ("DRIFT: " + "; ".join(drift["changes"]) if drift["drifted"] else "none (bitwise equal)"))
         if drift["drifted"] and rc == 0:
             rc = 1
     elif rc == 0:

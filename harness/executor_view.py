@@ -20,6 +20,27 @@ class WorkerTimeout(RuntimeError):
     """A worker did not answer an RPC in time; the executor has been shut down."""
 
 
+class WorkerDied(RuntimeError):
+    """A worker process exited under the generator; it is shut down and every later call says the same
+    until a new generator is built (vLLM itself answers later calls with an unrelated assertion)."""
+
+
+def dead_workers(real: Any) -> list[str]:
+    """'worker <rank> (pid <pid>) died: killed by SIGKILL' for each worker process of `real` that exited."""
+    import signal
+
+    out = []
+    for handle in getattr(real, "workers", None) or []:
+        proc = getattr(handle, "proc", None)
+        if proc is None or proc.is_alive():
+            continue
+        code = proc.exitcode
+        how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
+               else f"exit code {code}")
+        out.append(f"worker {getattr(handle, 'rank', '?')} (pid {proc.pid}) died: {how}")
+    return out
+
+
 def echo(worker: Any, value: Any) -> Any:
     """RPC body used to learn how `collective_rpc` returns a single rank's reply (module level: picklable)."""
     return value
@@ -35,6 +56,7 @@ class ExecutorView:
         self.steps = 0  # execute_model() calls made by speculators (scheduler steps)
         self._lock = threading.Lock()
         self._closed = False
+        self.died: str | None = None  # set once a worker is found dead; every later call raises WorkerDied
         # Behavioural detection: ask rank 0 to echo a marker and look at what comes back.
         reply = self._rpc(echo, args=("marker",), unique_reply_rank=0)
         self.single_reply = reply == "marker"
@@ -52,7 +74,12 @@ class ExecutorView:
         return out
 
     def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-        out = self.real.execute_model(scheduler_output, *args, **kwargs)
+        self._raise_if_dead()
+        try:
+            out = self.real.execute_model(scheduler_output, *args, **kwargs)
+        except Exception as exc:
+            self._raise_if_dead(exc)
+            raise
         self.steps += 1
         if out is None and self.twophase_shim and hasattr(self.real, "sample_tokens"):
             # C-twophase: the runner parked its state and waits for sample_tokens(); speculators
@@ -62,15 +89,31 @@ class ExecutorView:
         return out
 
     # -- lifecycle ------------------------------------------------------------------------------
+    def _raise_if_dead(self, cause: BaseException | None = None) -> None:
+        """After a failed call (or before any call once it happened): name the dead worker, shut down."""
+        if self.died is None and cause is not None and not self._closed:
+            dead = dead_workers(self.real)
+            if dead:
+                self.died = "; ".join(dead)
+        if self.died is None:
+            return
+        self.shutdown()
+        raise WorkerDied(f"{self.died}; the executor is shut down: build a new generator") from cause
+
     def _rpc(self, method: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+        self._raise_if_dead()
         try:
             return self.real.collective_rpc(method, timeout=timeout or self.rpc_timeout_s, **kwargs)
         except TimeoutError as exc:
+            self._raise_if_dead(exc)
             name = method if isinstance(method, str) else getattr(method, "__name__", repr(method))
             self.shutdown()
             raise WorkerTimeout(
                 f"worker did not answer RPC {name!r} within {timeout or self.rpc_timeout_s:g} s; executor shut down"
             ) from exc
+        except Exception as exc:
+            self._raise_if_dead(exc)
+            raise
 
     def shutdown(self) -> None:
         with self._lock:

@@ -24,6 +24,10 @@ class NoExpectations(LookupError):
     pass
 
 
+class BadExpectations(ValueError):
+    """An expectations file that is not valid: one line naming the file, line and column."""
+
+
 @dataclass(frozen=True)
 class Expectation:
     key: str
@@ -43,14 +47,39 @@ def available(base: Path | None = None) -> list[str]:
     return sorted(p.stem for p in (base or directory()).glob("vllm-*.toml"))
 
 
+def _line_of(text: str, key: str) -> int:
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith((key + " ", key + "=", f'"{key}"')):
+            return n
+    return 0
+
+
 def load_file(path: Path) -> dict[str, Expectation]:
-    data = tomllib.loads(Path(path).read_text())
+    """Parsed and validated; any defect raises BadExpectations with `file:line:column: what`."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        import re
+
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        where = f"{m.group(1)}:{m.group(2)}" if m else "?:?"
+        raise BadExpectations(f"{path}:{where}: not valid TOML: {re.sub(r' *[(]at line.*$', '', str(e))}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadExpectations(f"{path}: cannot be read: {e}") from None
+    contracts = data.get("contracts", {})
+    if not isinstance(contracts, dict):
+        raise BadExpectations(f"{path}:{_line_of(text, 'contracts')}:1: [contracts] must be a table")
     out = {}
-    for key, entry in data.get("contracts", {}).items():
+    for key, entry in contracts.items():
+        where = f"{path}:{_line_of(text, key)}:1: {key}"
+        if not isinstance(entry, dict):
+            raise BadExpectations(f"{where}: must be {{ outcome = ..., reason = ... }}")
         if entry.get("outcome") not in OUTCOMES:
-            raise ValueError(f"{path}: {key}: outcome {entry.get('outcome')!r} is not one of {sorted(OUTCOMES)}")
+            raise BadExpectations(f"{where}: outcome {entry.get('outcome')!r} is not one of {sorted(OUTCOMES)}")
         if not entry.get("reason"):
-            raise ValueError(f"{path}: {key}: every expectation needs a reason")
+            raise BadExpectations(f"{where}: every expectation needs a reason")
         out[key] = Expectation(key, Outcome(entry["outcome"]), entry["reason"])
     return out
 

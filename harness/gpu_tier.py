@@ -127,17 +127,23 @@ def fingerprint(results: list[dict], layer_ids: list[int]) -> dict:
     return out
 
 
+#: Drift outcomes: compared and equal, compared and different, or nothing to compare with (never "none").
+NO_DRIFT, DRIFT, NO_BASELINE = "none", "drift", "no baseline"
+
+
 @dataclass
 class Drift:
     compared_with: str | None
     drifted: bool = False
     changes: list[str] = field(default_factory=list)
+    outcome: str = NO_DRIFT
 
 
 def compare(previous: dict | None, current: dict, previous_name: str | None = None, rel_tol: float = 1e-3) -> Drift:
     """Bitwise drift (hash) and statistical drift (mean/std/absmax beyond rel_tol) per layer."""
     if not previous:
-        return Drift(None, False, ["no previous report to compare with"])
+        return Drift(None, False, ["no earlier report of the same run (model, weights, TP, dtype, prompts, layers)"],
+                     NO_BASELINE)
     d = Drift(previous_name)
     for layer, cur in current.items():
         old = previous.get(layer)
@@ -151,15 +157,64 @@ def compare(previous: dict | None, current: dict, previous_name: str | None = No
                      if abs(cur[k] - old[k]) > rel_tol * max(abs(old[k]), 1e-12)]
             d.changes.append(f"layer {layer}: bytes differ" + (f"; {', '.join(stats)}" if stats else
                                                                " (statistics within tolerance)"))
+    d.outcome = DRIFT if d.drifted else NO_DRIFT
     return d
 
 
-def previous_report(directory: Path, prefix: str, before: str) -> tuple[str, dict] | None:
-    """The newest report in `directory` named `<date>-<prefix>.json` dated before `before`."""
-    candidates = sorted(p for p in Path(directory).glob(f"*-{prefix}.json") if p.name[:10] < before)
-    if not candidates:
-        return None
-    return candidates[-1].name, json.loads(candidates[-1].read_text())
+#: Checkpoints larger than this are identified by each file's size, safetensors header and sampled blocks
+#: (hashing a 1T-parameter checkpoint every night is not an option); smaller ones by every byte.
+FULL_HASH_LIMIT = 2 * 2**30
+SAMPLE = 2**20
+
+
+def weights_identity(model_path: str | Path) -> dict:
+    """What identifies a checkpoint's weights, independent of the folder's name or location."""
+    files = sorted(Path(model_path).glob("*.safetensors")) or sorted(Path(model_path).glob("*.bin"))
+    total = sum(f.stat().st_size for f in files)
+    full = total <= FULL_HASH_LIMIT
+    h = hashlib.sha256()
+    for f in files:
+        size = f.stat().st_size
+        h.update(f"{f.name}:{size}\n".encode())
+        with open(f, "rb") as fh:
+            if full:
+                for block in iter(lambda: fh.read(1 << 24), b""):
+                    h.update(block)
+                continue
+            head = fh.read(8)
+            header_len = int.from_bytes(head, "little") if f.suffix == ".safetensors" else 0
+            h.update(head + fh.read(min(header_len, 100 * 2**20)))
+            for offset in (size // 2, max(size - SAMPLE, 0)):
+                fh.seek(offset)
+                h.update(fh.read(SAMPLE))
+    return {"sha256": h.hexdigest(), "method": "every byte" if full else "sizes, safetensors headers, sampled blocks",
+            "files": len(files), "bytes": total}
+
+
+def run_key(model_path: str | Path, tp: int, dtype: str, prompts: list[list[int]], layer_ids: list[int]) -> dict:
+    """The identity of a nightly run: the drift baseline is the newest earlier report with the same key."""
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    parts = {"config_sha256": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
+             "weights": weights_identity(model_path), "tp": int(tp), "dtype": dtype,
+             "prompts_sha256": hashlib.sha256(json.dumps(prompts).encode()).hexdigest(),
+             "layer_ids": [int(i) for i in layer_ids]}
+    key = {k: v for k, v in parts.items() if k != "weights"} | {"weights_sha256": parts["weights"]["sha256"]}
+    return {"key": hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest(), **parts}
+
+
+def baseline(directory: Path, key: str, before: str) -> tuple[str, dict] | None:
+    """The newest report in `directory` dated before `before` (YYYY-MM-DD) whose run key is `key`."""
+    found = []
+    for p in Path(directory).glob("*.json"):
+        if p.name[:10] >= before:
+            continue
+        try:
+            rep = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if (rep.get("run_key") or {}).get("key") == key:
+            found.append((p.name, rep))
+    return max(found, key=lambda item: item[0]) if found else None
 
 
 def report_name(model_name: str, tp: int, dtype: str) -> str:

@@ -146,6 +146,22 @@ def merge(report_dir: Path = REPORTS) -> dict:
     return {"schema": SCHEMA, "columns": columns, "rows": dict(sorted(rows.items(), key=_row_order))}
 
 
+def shimmed_on(m: dict, contract_id: str) -> str:
+    """Where the matrix observed any row of `contract_id` shimmed, as version ranges over its columns
+    ("0.11.1–0.32.0"; "—" if nowhere). The README's contract table carries this text (a unit test checks it)."""
+    versions = [c["version"] for c in m["columns"]]
+    rows = [cells for key, cells in m["rows"].items() if key.split("[")[0] == contract_id]
+    hit = [any(cells[v]["outcome"] == "shimmed" for cells in rows) for v in versions]
+    runs, start = [], None
+    for i, on in enumerate(hit + [False]):
+        if on and start is None:
+            start = i
+        elif not on and start is not None:
+            runs.append(versions[start] if start == i - 1 else f"{versions[start]}–{versions[i - 1]}")
+            start = None
+    return ", ".join(runs) or "—"
+
+
 def _row_order(item):
     key = item[0]
     return (key.startswith("e2e["), key)

@@ -75,7 +75,10 @@ def expectations(harness_meta):
 
     if observe_only():
         return {"path": "none (HARNESS_OBSERVE=1)", "table": {}}
-    path, table = exp.load(harness_meta["vllm"], harness_meta["device_type"])
+    try:
+        path, table = exp.load(harness_meta["vllm"], harness_meta["device_type"])
+    except exp.BadExpectations as e:
+        pytest.exit(f"harness: {e}", returncode=2)
     return {"path": str(path.name), "table": table}
 
 

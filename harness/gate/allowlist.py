@@ -66,9 +66,10 @@ def load(path: Path | None = None) -> list[Entry]:
 
 
 def apply(findings: list[Finding], entries: list[Entry], today: _dt.date) -> list[dict]:
-    """Mark uncovered findings an active entry accepts; return the expired entries (with what they match)."""
+    """Mark open findings (uncovered, or undecided for want of --model-config) an active entry accepts; return
+    the expired entries (with what they match)."""
     for f in findings:
-        if f.status != "uncovered":
+        if f.status not in ("uncovered", "needs-model-config"):
             continue
         entry = next((e for e in entries if e.active(today) and e.matches(f)), None)
         if entry is not None:

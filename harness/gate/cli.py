@@ -5,7 +5,8 @@ used surface in each, map every change to the shim that covers it, decide. Markd
 summary goes to stdout (and `--summary FILE`); the JSON report to `reports/gate-<from>-to-<to>.json`
 (or `--json FILE`). Exit codes: 0 SAFE or NEEDS-SHIM-AND-COVERED, 1 NEEDS-NEW-SHIM or BROKEN,
 2 could not decide (a version not on the index, no network, unreadable sources, a contract not
-checked). Expected failures are one line on stderr, never a traceback.
+checked, a config-gated finding without --model-config) or refused input (checked before anything is
+downloaded; no report is written for it). Expected failures are one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from harness.paths import REPORTS
 from harness.report import write_atomic
 
 HELP = "pre-upgrade gate: can speculators move to another vLLM? (static reading of the sources)"
+EPILOG = ("environment: HARNESS_PYPI_URL (the simple index to read vLLM from; default https://pypi.org/simple), "
+          "HARNESS_GATE_TIMEOUT (seconds per network operation; default 60), HARNESS_GATE_CACHE (the sources cache; "
+          "default .cache/gate)")
 
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -47,7 +51,7 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the `gate` subcommand to `python -m harness`."""
-    return configure(subparsers.add_parser("gate", help=HELP, description=__doc__.splitlines()[0]))
+    return configure(subparsers.add_parser("gate", help=HELP, description=__doc__.splitlines()[0], epilog=EPILOG))
 
 
 def run(args) -> int:
@@ -60,7 +64,11 @@ def run(args) -> int:
         print(f"harness gate: {exc}; install the gate's dependencies with `pip install -e .[gate]`", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    old, new = args.from_version, args.to_version
+    try:
+        old, new, checkpoint = _checked_input(args)
+    except InputRefused as exc:
+        print(f"harness gate: {exc}", file=sys.stderr)
+        return 2
     meta: dict = {"speculators": args.speculators}
     try:
         problems = coverage.validate(contracts.ids())
@@ -74,8 +82,8 @@ def run(args) -> int:
         entries = allowlist.load(Path(args.allowlist) if args.allowlist else None)
         meta["allowlist"] = _display(Path(args.allowlist) if args.allowlist else allowlist.DEFAULT)
         meta["allowlist_entries"] = [e.to_json() for e in entries]
-        got = [sources.ensure(v, args.cache_dir) for v in (old, new)]
-        meta["sources"] = {s.version: {"root": str(s.root), "origin": s.origin} for s in got}
+        got = list(reversed([sources.ensure(v, args.cache_dir) for v in (new, old)]))  # the candidate first
+        meta["sources"] = {s.version: {"root": f"<gate cache>/{s.root.name}", "origin": s.origin} for s in got}
         t1 = time.perf_counter()
         old_facts, new_facts = static.read_versions([s.root for s in got], fixture)
         t2 = time.perf_counter()
@@ -87,9 +95,9 @@ def run(args) -> int:
         return gate.exit_code
     meta["timings"] = {"sources": round(t1 - t0, 2), "static": round(t2 - t1, 2)}
     comparison = static.compare(old_facts, new_facts)
-    if args.model_config:
-        meta["model_config"] = args.model_config
-        coverage.attach_checkpoint_config(comparison.findings + comparison.carried, _read_config(args.model_config))
+    if checkpoint is not None:
+        meta["model_config"] = {"file": Path(args.model_config).name, "sha256": checkpoint["sha256"]}
+        coverage.attach_checkpoint_config(comparison.findings + comparison.carried, checkpoint["config"])
     if args.dynamic:
         meta["dynamic_rc"] = dynamic.run_env(new)
     wanted = args.dynamic or args.use_reports
@@ -102,11 +110,43 @@ def run(args) -> int:
     return gate.exit_code
 
 
-def _read_config(path: str) -> dict:
-    import json
+class InputRefused(ValueError):
+    """Bad input to the gate: one line, exit 2, nothing downloaded, no report written."""
 
-    data = json.loads(Path(path).read_text())
-    return data.get("text_config", data)
+
+def _checked_input(args) -> tuple[str, str, dict | None]:
+    """Versions normalised (--to first), --model-config read, report paths writable, settings valid."""
+    import hashlib
+    import os
+
+    from harness.gate import sources
+
+    try:
+        new = sources.normalize(args.to_version)
+        old = sources.normalize(args.from_version)
+        sources.timeout_s()
+    except (sources.VersionNotFound, sources.BadSetting) as exc:
+        raise InputRefused(str(exc)) from None
+    checkpoint = None
+    if args.model_config:
+        path = Path(args.model_config)
+        try:
+            raw = path.read_bytes()
+            data = json.loads(raw)
+        except (OSError, ValueError) as exc:
+            raise InputRefused(f"--model-config {args.model_config}: not a readable JSON file ({exc})") from None
+        if not isinstance(data, dict):
+            raise InputRefused(f"--model-config {args.model_config}: not a JSON object")
+        checkpoint = {"config": data.get("text_config", data), "sha256": hashlib.sha256(raw).hexdigest()}
+    for flag, value in (("--json", args.json), ("--summary", args.summary)):
+        if value is None:
+            continue
+        target = Path(value)
+        parent = target.parent if str(target.parent) else Path(".")
+        if target.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK) or (
+                target.exists() and not os.access(target, os.W_OK)):
+            raise InputRefused(f"{flag} {value}: cannot write there (no such folder, not writable, or a folder)")
+    return old, new, checkpoint
 
 
 def _display(path: Path) -> str:
@@ -131,4 +171,5 @@ def _write(gate, args, verdict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Standalone entry (`python -m harness.gate ...`) until `python -m harness gate` is wired in."""
-    return run(configure(argparse.ArgumentParser(prog="python -m harness.gate", description=HELP)).parse_args(argv))
+    return run(configure(argparse.ArgumentParser(prog="python -m harness.gate", description=HELP,
+                                                 epilog=EPILOG)).parse_args(argv))

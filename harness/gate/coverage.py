@@ -130,6 +130,18 @@ def attach_checkpoint_config(findings: list[Finding], config: dict) -> None:
             f.detail["checkpoint_config"] = {key: config.get(key) for key in layers.CONFIG_GATED.values()}
 
 
+def needs_model_config(finding: Finding) -> bool:
+    """A config-gated finding no source can decide: whether it matters depends on the target checkpoint's
+    config, and none was given (--model-config)."""
+    extras = set(finding.detail.get("not_passed_by_speculators", ()))
+    return (finding.contract == "layer" and finding.kind == "layer-call-extended" and bool(extras)
+            and extras <= set(layers.CONFIG_GATED) and "checkpoint_config" not in finding.detail)
+
+
+MODEL_CONFIG_HINT = ("depends on the target checkpoint's config ({keys}); pass --model-config /path/to/config.json "
+                     "to decide")
+
+
 def cover(finding: Finding) -> Cover | None:
     """The shim that covers `finding`, or None (NEEDS-NEW-SHIM)."""
     return next((c for c in COVERS if c.contract == finding.contract and c.kind == finding.kind and c.when(finding)),

@@ -4,7 +4,9 @@ The matrix (`fixtures/envs/matrix.toml`, `tox -m matrix`) has one env per vLLM C
 candidate version has one, `--dynamic` runs it (`tox -e <env>`, minutes) and the gate reads its
 report; `--use-reports` reads an existing `reports/<env>.json` for that version instead. The
 contracts no source can decide (coverage.OUTSIDE, e.g. `import`) take the observed outcome, and a
-contract the run observed as broken makes the gate BROKEN whatever the static reading said.
+contract speculators relies on that the run observed worse than its expectations (broken where native
+or shimmed was expected) makes the gate BROKEN whatever the static reading said. Rows that are expected
+broken (e.g. vLLM's own export on CPU builds) and rows that are not speculators' calls decide nothing.
 """
 
 from __future__ import annotations
@@ -50,8 +52,13 @@ def dynamic_check(version: str, report_dir: Path = REPORTS) -> dict | None:
         rank = {"broken": 3, "shimmed": 2, "native": 1, "n/a": 0}
         if rank.get(c["outcome"], 0) >= rank.get(outcomes.get(cid, "n/a"), 0):
             outcomes[cid] = c["outcome"]
-    return {"env": env, "report": str(path.name), "status": rep["status"], "contracts": outcomes,
-            "broken": sorted(c["contract"] for c in rep["contracts"] if c["outcome"] == "broken")}
+    from harness.contracts import ids
+
+    relied_on = set(ids())
+    worse = [{"contract": c["contract"], "outcome": c["outcome"], "expected": c.get("expected"), "report": path.name,
+              "reason": c.get("reason")} for c in rep["contracts"]
+             if c["outcome"] == "broken" and c.get("expected") != "broken" and c["contract"].split("[")[0] in relied_on]
+    return {"env": env, "report": str(path.name), "status": rep["status"], "contracts": outcomes, "worse": worse}
 
 
 def reason(version: str) -> str:

@@ -80,8 +80,19 @@ def index_url() -> str:
     return os.environ.get("HARNESS_PYPI_URL", DEFAULT_INDEX).rstrip("/")
 
 
+class BadSetting(ValueError):
+    """An environment variable the gate reads holds a value it cannot use."""
+
+
 def timeout_s() -> float:
-    return float(os.environ.get("HARNESS_GATE_TIMEOUT", DEFAULT_TIMEOUT_S))
+    raw = os.environ.get("HARNESS_GATE_TIMEOUT", str(DEFAULT_TIMEOUT_S))
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise BadSetting(f"HARNESS_GATE_TIMEOUT={raw!r} is not a positive number of seconds")
+    return value
 
 
 def cache_root(cache_dir: str | Path | None = None) -> Path:
@@ -89,10 +100,14 @@ def cache_root(cache_dir: str | Path | None = None) -> Path:
 
 
 def normalize(version: str) -> str:
+    """One spelling per version: PEP 440 normal form with at least three release parts (0.17 -> 0.17.0),
+    so a version has one cache entry and one report name. Anything else (a path, `../x`) is refused."""
     try:
-        return str(Version(version))
-    except InvalidVersion:
+        v = Version(version)
+    except (InvalidVersion, TypeError):
         raise VersionNotFound(f"{version!r} is not a version number (expected e.g. 0.11.1)") from None
+    release = ".".join(str(n) for n in (v.release + (0, 0, 0))[: max(3, len(v.release))])
+    return str(v).replace(".".join(str(n) for n in v.release), release, 1)
 
 
 def cached(version: str, cache_dir: str | Path | None = None) -> Path | None:

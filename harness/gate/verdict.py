@@ -61,6 +61,8 @@ class Gate:
     not_checked: dict = field(default_factory=dict)
     outside: dict = field(default_factory=dict)
     expired: list[dict] = field(default_factory=list)
+    #: Rows the candidate's own env observed worse than its expectations, for contracts speculators relies on.
+    observed_worse: list[dict] = field(default_factory=list)
     meta: dict = field(default_factory=dict)  # speculators, surface, sources, allowlist file, timings
 
     @property
@@ -79,6 +81,9 @@ def decide(old: str, new: str, comparison: Comparison, contract_ids: list[str], 
         c = coverage.cover(f)
         f.status, f.shim, f.reason = ("covered", c.shim, c.reason) if c else ("uncovered", None,
                                                                             coverage.uncovered_reason(f))
+        if not c and coverage.needs_model_config(f):
+            keys = ", ".join(f.detail.get("not_passed_by_speculators", ()))
+            f.status, f.reason = "needs-model-config", coverage.MODEL_CONFIG_HINT.format(keys=keys)
     gate.expired = apply(gate.findings, entries, today)
     shimless = {cid for cid, m in by_id().items() if m.CONTRACT.shim is None}
     for cid in [*contract_ids, SURFACE]:
@@ -86,8 +91,8 @@ def decide(old: str, new: str, comparison: Comparison, contract_ids: list[str], 
     statuses = {c["status"] for c in gate.contracts.values()}
     gate.not_checked = {c: comparison.not_checked.get(c) or [s["note"]] for c, s in gate.contracts.items()
                         if s["status"] == "not-checked"}
-    observed_broken = (dynamic or {}).get("broken")
-    if observed_broken:
+    gate.observed_worse = (dynamic or {}).get("worse", [])
+    if gate.observed_worse:
         gate.verdict = "BROKEN"  # the candidate's own env observed it: no static reading overrides that
     elif "not-checked" in statuses:
         gate.verdict = "UNDECIDED"
@@ -111,6 +116,9 @@ def _status(cid: str, gate: Gate, comparison: Comparison, dynamic: dict | None, 
         gate.outside[cid] = {"reason": coverage.OUTSIDE[cid], "dynamic": answer or dynamic_reason}
         return {"status": "outside", "findings": 0, "shims": [],
                 "note": f"not checked statically: {coverage.OUTSIDE[cid]}; dynamic: {answer or dynamic_reason}"}
+    undecidable = [f for f in mine if f.status == "needs-model-config"]
+    if undecidable:
+        return {"status": "not-checked", "findings": len(mine), "shims": shims, "note": undecidable[0].reason}
     if cid in comparison.not_checked:
         return {"status": "not-checked", "findings": len(mine), "shims": shims,
                 "note": "; ".join(comparison.not_checked[cid][:3])}
@@ -141,7 +149,7 @@ def to_json(gate: Gate) -> dict:
         "sources": gate.meta.get("sources", {}), "contracts": gate.contracts,
         "findings": [asdict(f) for f in gate.findings], "carried": [asdict(f) for f in gate.carried],
         "restored": [asdict(f) for f in gate.restored], "not_checked": gate.not_checked, "outside": gate.outside,
-        "shims": gate.shims,
+        "shims": gate.shims, "observed_worse": gate.observed_worse,
         "allowlist": {"file": gate.meta.get("allowlist"), "entries": gate.meta.get("allowlist_entries", []),
                       "expired": gate.expired},
         "timings": gate.meta.get("timings", {}),
@@ -161,6 +169,11 @@ def markdown(gate: Gate) -> str:
     lines += [f"speculators {gate.meta.get('speculators')} (surface `{gate.meta.get('surface')}`); static reading "
               f"of both versions' sources, nothing imported. Sources {t.get('sources', 0):.1f} s, static "
               f"{t.get('static', 0):.1f} s.", ""]
+    for w in gate.observed_worse:
+        lines.append(f"> **Observed worse than expected** in the candidate's env ({w['report']}): `{w['contract']}` "
+                     f"is {w['outcome']}, expected {w['expected']}: {_cell(w['reason'])}")
+    if gate.observed_worse:
+        lines.append("")
     for e in gate.expired:
         would = f"; it would accept {', '.join(f'`{s}`' for s in e['would_accept'])}" if e["would_accept"] else ""
         lines.append(f"> **Expired allow-list entry** `{e['pattern']}` (expired {e['expires']}: {e['reason']}) "

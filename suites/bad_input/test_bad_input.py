@@ -83,3 +83,123 @@ def test_vllm_version_without_expectations(tmp_path):
                          timeout=300)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "no expectations for vLLM" in out.stderr and "have: none" in out.stderr
+
+
+@pytest.mark.parametrize("batch,says", [
+    ([[5, 6.7, 7]], r"prompt 0 has token ids that are not ints: \[6.7\] \(float\)"),
+    ([[5, "6", 7]], r"prompt 0 has token ids that are not ints: \['6'\] \(str\)"),
+    ([[5, True, 7]], r"prompt 0 has token ids that are not ints: \[True\] \(bool\)"),
+    ([[5, float("nan")]], r"prompt 0 has token ids that are not ints: \[nan\] \(float\)"),
+    ([5, 6, 7], r"got a flat list of ints: wrap a single prompt as \[ids\]"),
+    ("5 6 7", r"token ids must be a list of prompts \(lists of ints\), got str"),
+    ([["5 6 7"][0]], r"prompt 0 must be a list of ints, got str"),
+])
+def test_token_ids_must_be_ints(batch, says, runs):
+    """Only ints reach vLLM: 6.7, "6" and True were silently coerced to 6, 6 and 1."""
+    gen = runs(LLAMA).generator
+    with pytest.raises(HarnessInputError, match=says):
+        gen.generate(batch)
+
+
+def test_torch_and_numpy_integer_prompts_are_accepted(runs):
+    import numpy as np
+    import torch
+
+    gen = runs(LLAMA).generator
+    a = gen.generate(torch.tensor([[5, 6, 7]]))[0]["hidden_states"][0]
+    b = gen.generate([np.array([5, 6, 7], dtype=np.int64)])[0]["hidden_states"][0]
+    assert torch.equal(a, b) and a.shape[0] == 3
+
+
+def _run_cli(tmp_path, text: str, observe: bool) -> subprocess.CompletedProcess:
+    from harness import versions
+
+    (tmp_path / f"vllm-{versions.vllm_version()}-{versions.device_type()}.toml").write_text(text)
+    env = {**os.environ, "HARNESS_EXPECTATIONS_DIR": str(tmp_path), "HARNESS_OBSERVE": "1" if observe else "0"}
+    return subprocess.run([sys.executable, "-m", "harness", "run", "--env", "bad-exp", "--",
+                           "--harness-report-dir", str(tmp_path / "reports")], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+@pytest.mark.parametrize("observe", [False, True], ids=["strict", "observe"])
+def test_malformed_expectations_file_is_one_line_exit_2(tmp_path, observe):
+    """Checked before any test runs: exit 2, one line with file, line and column, no report written."""
+    out = _run_cli(tmp_path, '[contracts]\nsched = { outcome = "native", reason = "x" }\nrpc = { outcome = \n', observe)
+    assert out.returncode == 2, out.stdout[-500:] + out.stderr[-2000:]
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("harness: ") and ".toml:3:" in lines[0] and "not valid TOML" in lines[0]
+    assert not (tmp_path / "reports").exists(), "a report was written for a run that was refused"
+
+
+def test_worker_killed_mid_generate_is_named_and_sticks(runs):
+    """A worker killed while generate() waits on it: WorkerDied names the worker and its signal, the executor
+    is shut down, and every later call says the same (not vLLM's 'should not be called on follower node')."""
+    import signal
+    import threading
+
+    from harness.executor_view import WorkerDied
+
+    gen = HarnessGenerator(runs(LLAMA).model.path, [1], max_model_len=256)
+    try:
+        worker = gen.real_executor.workers[0].proc
+        gen.real_executor.collective_rpc("_harness_hang_next", args=("_reset_capture", 60))
+        threading.Timer(2.0, os.kill, args=(worker.pid, signal.SIGKILL)).start()
+        with pytest.raises(WorkerDied, match=rf"worker 0 \(pid {worker.pid}\) died: killed by SIGKILL"):
+            gen.generate([[5, 6, 7]])
+        with pytest.raises(WorkerDied, match=r"worker 0 .* died: killed by SIGKILL; .*build a new generator"):
+            gen.generate([[5, 6, 7]])
+        assert gen.executor_view.closed
+    finally:
+        gen.close()
+
+
+def _descendants(pid: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def test_sigterm_stops_the_run_at_once_and_keeps_the_complete_report(tmp_path):
+    """SIGTERM during a run: workers stop at once, the report says interrupted/incomplete, and it does not
+    replace the complete report of the same env (it goes to <env>.incomplete.json)."""
+    import signal
+
+    import psutil
+
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    complete = {"env": "sigterm", "status": "pass", "note": "a complete earlier run"}
+    (reports / "sigterm.json").write_text(json.dumps(complete))
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--env", "sigterm", "--suite", "suites/e2e",
+                             "--", "-q", "--harness-report-dir", str(reports)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        workers = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            workers = [p for p in _descendants(proc.pid) if "resource_tracker" not in " ".join(p.cmdline())]
+            if workers:
+                break
+            time.sleep(1)
+        assert workers and proc.poll() is None, "the run started no worker (or ended) before it could be interrupted"
+        time.sleep(5)  # inside the first tests
+        family = _descendants(proc.pid)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=90)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    gone, alive = psutil.wait_procs(family, timeout=10)
+    alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"processes outlived the interrupted run: {[p.pid for p in alive]}"
+    assert proc.returncode == 3, out[-2000:]
+    assert json.loads((reports / "sigterm.json").read_text()) == complete, "the complete report was replaced"
+    rep = json.loads((reports / "sigterm.incomplete.json").read_text())
+    assert rep["status"] == "incomplete" and rep["interrupted"] == "SIGTERM"
+    assert any(g["kind"] == "interrupted" for g in rep["incomplete"])
+    assert took < 60, f"the run took {took:.0f} s to stop after SIGTERM"

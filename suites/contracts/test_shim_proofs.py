@@ -107,7 +107,7 @@ def _start_with_mla_on(model) -> Attempt:
     """C-mla's run without its shim: start the model with MLA on. The root cause is logged by the worker, not
     raised in the driver, so the workers get a log file (spawned workers inherit stdout and stderr)."""
     from harness.contracts import mla
-    from harness.generator import HarnessGenerator
+    from harness.generator import HarnessGenerator, options_for
 
     saved_env = os.environ.pop(mla.ENV, None)
     with tempfile.TemporaryFile(mode="w+") as log:
@@ -115,7 +115,8 @@ def _start_with_mla_on(model) -> Attempt:
         for fd in saved:
             os.dup2(log.fileno(), fd)
         try:
-            start, gen = Attempt.run(lambda: HarnessGenerator(model.path, [1], max_model_len=256))
+            start, gen = Attempt.run(lambda: HarnessGenerator(model.path, [1], max_model_len=256,
+                                                              options=options_for(model, dtype="float32")))
         finally:
             for fd, copy in saved.items():
                 os.dup2(copy, fd)

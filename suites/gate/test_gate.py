@@ -134,7 +134,8 @@ def test_no_network_exits_2_without_a_traceback(tmp_path):
 
 
 def test_an_expired_allowlist_entry_stops_counting(gate, tmp_path):
-    """0.11.2 -> 0.12.0: DeepseekV2's own layer loop starts passing llama_4_scaling, which no shim restores."""
+    """0.11.2 -> 0.12.0: DeepseekV2's own layer loop starts passing llama_4_scaling, which no shim restores; an
+    active entry accepts it, an expired one leaves it open (undecided without --model-config)."""
     def with_entry(expires: _dt.date):
         path = tmp_path / f"allow-{expires}.toml"
         path.write_text(f'[[accept]]\npattern = "layer"\nreason = "reviewed: no checkpoint sets llama_4_scaling"\n'
@@ -147,7 +148,7 @@ def test_an_expired_allowlist_entry_stops_counting(gate, tmp_path):
 
     rc, rep, summary = with_entry(_dt.date.today() - _dt.timedelta(days=1))
     [layer] = by_kind(rep, "layer", "layer-call-extended")
-    assert layer["status"] == "uncovered" and (rc, rep["verdict"]) == (1, "BROKEN")
+    assert layer["status"] == "needs-model-config" and (rc, rep["verdict"]) == (2, "UNDECIDED")
     [expired] = rep["allowlist"]["expired"]
     assert expired["pattern"] == "layer" and layer["symbol"] in expired["would_accept"]
     assert "Expired allow-list entry" in summary
@@ -219,3 +220,77 @@ def test_a_checkpoint_config_decides_the_llama_4_scaling_finding(gate, tmp_path)
     rc, rep, _ = gate("0.11.2", "0.12.0", "--model-config", str(l4))
     [layer] = by_kind(rep, "layer", "layer-call-extended")
     assert layer["status"] == "uncovered" and rc == 1
+
+
+# -- what the gate may and may not conclude (verdicts issue, items 5-7) ----------------------------------
+@pytest.mark.parametrize("old,new", [("0.20.0", "0.22.0"), ("0.16.0", "0.17.0")])
+def test_use_reports_on_committed_reports_does_not_turn_expected_breaks_into_broken(gate, old, new):
+    """The committed reports hold native-export rows that are expected broken on CPU builds: they decide nothing.
+    The static verdict stands; nothing was observed worse than expected."""
+    rc_static, static_rep, _ = gate(old, new)
+    rc, rep, md = gate(old, new, "--use-reports")
+    assert rep["observed_worse"] == [] and (rc, rep["verdict"]) == (rc_static, static_rep["verdict"])
+    assert rep["verdict"] != "BROKEN"
+
+
+def test_a_contract_observed_worse_than_expected_makes_the_gate_broken_and_is_named(tmp_path):
+    from harness.gate import dynamic
+
+    rep = json.loads((REPO_ROOT / "reports" / "vllm022.json").read_text())
+    row = next(c for c in rep["contracts"] if c["contract"] == "rpc")
+    row.update(outcome="broken", reason="undocumented failure: boom")
+    (tmp_path / "vllm022.json").write_text(json.dumps(rep))
+    worse = dynamic.dynamic_check("0.22.0", tmp_path)["worse"]
+    assert [w["contract"] for w in worse] == ["rpc"] and worse[0]["expected"] == "shimmed"
+
+
+def test_a_config_gated_finding_without_model_config_is_undecided(gate):
+    """0.11.2 -> 0.12.0: llama_4_scaling is passed to DeepseekV2 layers; no source can say whether the target's
+    config sets it. UNDECIDED (2) with the one line that says to pass --model-config, never BROKEN."""
+    rc, rep, md = gate("0.11.2", "0.12.0")
+    [layer] = by_kind(rep, "layer", "layer-call-extended")
+    assert layer["status"] == "needs-model-config" and "--model-config" in layer["reason"]
+    assert (rc, rep["verdict"]) == (2, "UNDECIDED") and "pass --model-config" in md
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--to", "0.17.0", "--model-config", "/no/such/config.json"], "--model-config /no/such/config.json: not a readable JSON file"),
+    (["--to", "0.17.0", "--model-config", "NOTJSON"], "not a readable JSON file"),
+    (["--to", "0.17.0", "--json", "/no/such/dir/r.json"], "--json /no/such/dir/r.json: cannot write there"),
+    (["--to", "0.17.0", "--summary", "SUMMARYDIR"], "--summary"),
+    (["--to", "../../x"], "'../../x' is not a version number"),
+    (["--to", "0.17.0", "--from", "latest"], "'latest' is not a version number"),
+])
+def test_bad_input_is_one_line_exit_2_before_any_download(argv, says, tmp_path):
+    """Refused before anything is fetched (the index is unreachable: a download would fail differently) and no
+    report is written for refused input."""
+    (tmp_path / "NOTJSON").write_text("{nope")
+    (tmp_path / "SUMMARYDIR").mkdir()
+    argv = [a.replace("NOTJSON", str(tmp_path / "NOTJSON")).replace("SUMMARYDIR", str(tmp_path / "SUMMARYDIR")) for a in argv]
+    says = says.replace("NOTJSON", str(tmp_path / "NOTJSON"))
+    before = set((REPO_ROOT / "reports").glob("gate-*"))
+    out = gate_cli(*argv, "--cache-dir", str(tmp_path / "empty"), env={"HARNESS_PYPI_URL": UNREACHABLE_INDEX})
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and says in lines[0], out.stderr
+    assert not (tmp_path / "empty").exists() and set((REPO_ROOT / "reports").glob("gate-*")) == before
+
+
+def test_a_bad_timeout_names_the_variable(tmp_path):
+    out = gate_cli("--to", "0.17.0", "--cache-dir", str(tmp_path), env={"HARNESS_GATE_TIMEOUT": "soon"})
+    assert out.returncode == 2 and "HARNESS_GATE_TIMEOUT='soon' is not a positive number" in out.stderr
+
+
+def test_versions_are_normalised_to_one_cache_entry_and_report_name(gate, cache_dir):
+    assert sources.normalize("0.17") == sources.normalize("0.17.0") == "0.17.0"
+    assert sources.normalize("0.11.1.post2") == "0.11.1.post2" and sources.normalize("1") == "1.0.0"
+    rc, rep, _ = gate("0.16", "0.17")
+    assert (rep["from"], rep["to"]) == ("0.16.0", "0.17.0")
+
+
+def test_help_names_the_environment_and_the_json_has_no_machine_paths(gate):
+    out = subprocess.run([sys.executable, "-m", "harness", "gate", "--help"], capture_output=True, text=True,
+                         cwd=REPO_ROOT, timeout=120)
+    assert "HARNESS_PYPI_URL" in out.stdout and "HARNESS_GATE_TIMEOUT" in out.stdout
+    _, rep, _ = gate("0.16.0", "0.17.0")
+    text = json.dumps(rep)
+    assert str(REPO_ROOT) not in text and "/root/" not in text and "/home/" not in text

@@ -113,9 +113,11 @@ def _write_report(run: TierRun, meta: dict) -> None:
     name = gpu_tier.report_name(run.model_name, cfg.tp, cfg.dtype)
     date = gpu_tier.today()
     fp = run.facts.get("fingerprint", {})
-    prev = gpu_tier.previous_report(Path(cfg.report_dir), name, date)
+    key = gpu_tier.run_key(cfg.model_path, cfg.tp, cfg.dtype, run.prompts, run.facts.get("layer_ids", []))
+    prev = gpu_tier.baseline(Path(cfg.report_dir), key["key"], date)
     drift = gpu_tier.compare(prev[1].get("fingerprint") if prev else None, fp, prev[0] if prev else None)
-    rep = {"schema": "harness-gpu-report/1", "date": date, "model": run.model_name, "config": gpu_tier.asdict_config(cfg),
+    rep = {"schema": "harness-gpu-report/1", "date": date, "model": run.model_name, "run_key": key,
+           "config": gpu_tier.asdict_config(cfg),
            "versions": {k: meta.get(k) for k in ("vllm", "vllm_distribution", "speculators", "torch", "transformers")},
            "device": gpu_tier.device_info(), **run.facts, "drift": drift.__dict__}
     out = Path(cfg.report_dir)
@@ -145,6 +147,6 @@ def _markdown(rep: dict) -> str:
     for layer, f in rep.get("fingerprint", {}).items():
         lines.append(f"| {layer} | {f['rows']} | {f['sha256'][:16]} | {f['mean']:.5g} | {f['std']:.5g} | {f['absmax']:.5g} |")
     d = rep["drift"]
-    lines += ["", f"Drift vs {d['compared_with'] or 'nothing'}: {'DRIFT' if d['drifted'] else 'none'}"
+    lines += ["", f"Drift vs {d['compared_with'] or 'nothing'}: {d.get('outcome', 'DRIFT' if d['drifted'] else 'none').upper()}"
               + (" — " + "; ".join(d["changes"]) if d["changes"] else "")]
     return "\n".join(lines) + "\n"

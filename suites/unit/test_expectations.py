@@ -45,3 +45,17 @@ def test_stale_entries_are_found():
     table = {"sched": expectations.Expectation("sched", Outcome.NATIVE, "r"),
              "gone": expectations.Expectation("gone", Outcome.NATIVE, "r")}
     assert expectations.stale(table, {"sched"}) == ["gone"]
+
+
+def test_malformed_file_names_file_line_and_column(tmp_path):
+    import pytest
+
+    from harness.expectations import BadExpectations, load_file
+
+    bad = tmp_path / "vllm-9.9.9-cpu.toml"
+    bad.write_text('[contracts]\nsched = { outcome = "native", reason = "x" }\nrpc = { outcome = \n')
+    with pytest.raises(BadExpectations, match=r"vllm-9.9.9-cpu.toml:3:\d+: not valid TOML"):
+        load_file(bad)
+    bad.write_text('[contracts]\nsched = { outcome = "native", reason = "x" }\nrpc = { outcome = "greenish", reason = "y" }\n')
+    with pytest.raises(BadExpectations, match=r"vllm-9.9.9-cpu.toml:3:1: rpc: outcome 'greenish' is not one of"):
+        load_file(bad)

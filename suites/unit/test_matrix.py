@@ -55,3 +55,28 @@ def test_e2e_row_ignores_checks_that_do_not_apply(tmp_path):
     assert rows["e2e[only-na]"][ver]["outcome"] == "n/a"
     assert rows["e2e[numbers]"][ver]["outcome"] == "broken"  # a failing check in a passing run was expected
     assert "e2e[native:m]" not in rows
+
+
+def test_readme_contract_table_dates_are_the_matrix_s():
+    """Every version in the README's contract table is checked against reports/matrix.json: the "shimmed on"
+    column must be what the matrix observed, every contract has a row, and the prose columns carry no other
+    version except one marked as seen by the gate beyond the matrix."""
+    import re
+
+    from harness import contracts
+
+    m = json.loads((REPO_ROOT / "reports" / "matrix.json").read_text())
+    text = (REPO_ROOT / "README.md").read_text()
+    table = text[text.index("| id | speculators 0.3.0 assumes |"):].split("\n\n")[0].splitlines()[2:]
+    seen = {}
+    newest = m["columns"][-1]["version"]
+    for line in table:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        cid = cells[0].strip("`").split("[")[0]
+        seen[cid] = cells[3]
+        assert cells[3] == matrix.shimmed_on(m, cid), f"{cid}: README says {cells[3]!r}"
+        for cell in (cells[1], cells[2], cells[4]):
+            for v in re.findall(r"\b\d+\.\d+(?:\.\d+)?\b", cell):
+                assert tuple(map(int, v.split("."))) > tuple(map(int, newest.split("."))) and "gate" in cell, (
+                    f"{cid}: version {v} in the prose of the contract table is not checked against the matrix")
+    assert sorted(seen) == sorted(contracts.ids())

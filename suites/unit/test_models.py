@@ -66,3 +66,27 @@ def test_kimi_dims_are_kimis():
     assert (c["kv_lora_rank"], c["qk_rope_head_dim"], c["qk_nope_head_dim"], c["v_head_dim"]) == (512, 64, 128, 128)
     assert (c["topk_method"], c["scoring_func"]) == ("noaux_tc", "sigmoid")
     assert c["num_attention_heads"] % 8 == 0
+
+
+def test_bad_layer_ids_and_configs_are_refused_before_vllm(tmp_path):
+    """Layer ids and config.json are checked before anything starts (no vLLM needed to refuse them)."""
+    import json
+
+    import pytest
+
+    from harness.generator import HarnessGenerator, HarnessInputError
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"num_hidden_layers": 6, "vocab_size": 512, "hidden_size": 64}))
+    for ids, says in (([], "the list is empty"), ("2", "must be a list of ints, got str '2'"),
+                      ("12", "got str '12'"), ([2.0], r"must be ints, got \[2.0\] \(float\)"),
+                      ([True], r"\[True\] \(bool\)"), (3, "got int 3"), ([0, 6], r"\[6\] out of range")):
+        with pytest.raises(HarnessInputError, match=says):
+            HarnessGenerator(ckpt, ids)
+    (ckpt / "config.json").write_text("{not json")
+    with pytest.raises(HarnessInputError, match=r"ckpt/config.json is not a readable JSON file"):
+        HarnessGenerator(ckpt, [1])
+    (ckpt / "config.json").write_text(json.dumps({"vocab_size": 512, "hidden_size": 64}))
+    with pytest.raises(HarnessInputError, match=r"ckpt/config.json lacks num_hidden_layers"):
+        HarnessGenerator(ckpt, [1])
