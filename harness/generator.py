@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.contracts import driver_contracts, kv_layout
+from harness.contracts import chunkedprefill, driver_contracts, kv_layout
 from harness.contracts.kv_helpers import install_import_aliases
 from harness.contracts.speculators_import import apply_import
 from harness.executor_view import ExecutorView
@@ -279,7 +279,14 @@ class HarnessGenerator:
     def generate(self, token_ids: list[list[int]]) -> list[dict]:
         prompts = self._checked(token_ids)
         limit = self.max_model_len - 1
+        guard = getattr(self.spec.scheduler, chunkedprefill.GUARD, None)
+        if guard is not None:
+            guard.arrivals.clear()
         results = self.spec.generate(prompts)
+        if guard is not None and guard.enabled:  # C-chunkedprefill: each prompt gets its own rows
+            segments = self.executor_view.collective_rpc("_harness_take_segments")[0]  # rank 0 captures
+            if chunkedprefill.regroup(results, segments, list(guard.arrivals)):
+                guard.regrouped += 1
         # speculators captures each distinct layer once, in stack order (a set in the worker); give the
         # user one tensor per requested id, in the order requested.
         order = sorted(set(self.layer_ids))
@@ -291,8 +298,9 @@ class HarnessGenerator:
             result["hidden_states"] = [captured[order.index(k)] for k in self.layer_ids]
             rows = [int(h.shape[0]) for h in result["hidden_states"]]
             if any(r != n for r in rows):
-                raise IncompleteExtraction(
-                    f"request of {n} tokens came back with {rows} rows per layer (prefix caching? reordering?)")
+                why = chunkedprefill.cause(self.vllm_config.scheduler_config, [min(len(p), limit) for p in prompts])
+                raise IncompleteExtraction(f"request of {n} tokens came back with {rows} rows per layer: "
+                                           + (why or "cause unknown (prefix caching? reordering?)"))
             if len(prompt) > limit:
                 result["truncated_from"] = len(prompt)
         return results

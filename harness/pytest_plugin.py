@@ -330,19 +330,20 @@ LAST_REPORT: dict | None = None
 
 
 def _write_report(rep: dict, directory: Path) -> tuple[Path, Path]:
-    """An incomplete run never replaces a complete report of the same env: it goes to <env>.incomplete.*."""
-    from harness.report import write
+    """A partial run (a subset, interrupted, stopped early) never replaces the report of a complete run of the
+    same env: it goes to <env>.incomplete.*. A complete run replaces both."""
+    from harness.report import complete_run, write
 
     target = directory / f"{rep['env']}.json"
-    if rep["status"] == "incomplete" and target.is_file():
+    if not rep["complete_run"] and target.is_file():
         try:
-            previous = json.loads(target.read_text()).get("status")
+            previous = json.loads(target.read_text())
         except (OSError, ValueError):
-            previous = None
-        if previous in ("pass", "fail"):
+            previous = {}
+        if previous and complete_run(previous):
             return write(rep, directory, name=f"{rep['env']}.incomplete")
     for stale in (directory / f"{rep['env']}.incomplete.json", directory / f"{rep['env']}.incomplete.md"):
-        if rep["status"] != "incomplete" and stale.is_file():
+        if rep["complete_run"] and stale.is_file():
             stale.unlink()
     return write(rep, directory)
 

@@ -109,7 +109,17 @@ def build(env: str, meta: dict, contracts: list[dict], e2e: list[dict], tiers: d
         "interrupted": interrupted, "notes": notes,
     }
     rep["status"], rep["incomplete"] = judge(rep)
+    rep["complete_run"] = complete_run(rep)
     return rep
+
+
+def complete_run(rep: dict) -> bool:
+    """Whether the whole run ran: nothing left out by selection, not interrupted, not stopped early (its
+    verdict may still be fail or incomplete). Such a report is only ever replaced by another complete run."""
+    sel = rep.get("selection")
+    if sel is None:  # written before selections were recorded: complete if it passed or failed then
+        return rep.get("status") in ("pass", "fail")
+    return not (sel.get("subset") or sel.get("stopped_early") or rep.get("interrupted"))
 
 
 def markdown(rep: dict) -> str:

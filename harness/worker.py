@@ -17,7 +17,7 @@ apply_import()  # C-import, in the worker process: before speculators is importe
 
 from speculators.data_generation.custom_worker import HiddenStatesWorkerExtension  # noqa: E402
 
-from harness.contracts import eagle3, embed, kimi_stack  # noqa: E402
+from harness.contracts import chunkedprefill, eagle3, embed, kimi_stack  # noqa: E402
 from harness.contracts.base import Attempt  # noqa: E402
 from harness.namespace import rebind  # noqa: E402
 
@@ -57,6 +57,8 @@ def setup_capture(worker, layer_ids, disabled: frozenset) -> dict:
     from vllm.model_executor.models.interfaces import supports_eagle3
 
     run_forward_in_config_context(worker)
+    if chunkedprefill.CONTRACT.id not in disabled:
+        chunkedprefill.apply_worker(worker)
     model = worker.model_runner.model
     engaged = {}
     if kimi_stack.CONTRACT.id not in disabled:
@@ -101,6 +103,9 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
 
     _harness_captures: int = 0
 
+    def _harness_take_segments(self) -> list:
+        return chunkedprefill.take_segments(self)
+
     def _store_captured_states(self, aux_hidden_states):
         # Counted per rank: speculators captures on TP rank 0 only, and the GPU tier checks that.
         self._harness_captures += 1
@@ -127,4 +132,5 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
 
     def _reset_capture(self):
         self._maybe_hang("_reset_capture")
+        chunkedprefill.reset(self)
         return super()._reset_capture()

@@ -10,7 +10,7 @@ from importlib import import_module
 
 MODULES = (
     "speculators_import", "scheduler_config", "memory", "block_size", "kv_layout", "kv_helpers", "scheduler",
-    "request", "prefix_cache",
+    "request", "prefix_cache", "chunkedprefill",
     "rpc", "twophase", "mla", "kimi_stack", "eagle3", "embed", "layers",
 )
 #: Contracts probed once per model architecture (key "id[family]"); the others once per vLLM.

@@ -44,6 +44,8 @@ def owner(head: str, chain: str) -> str:
 OUTSIDE: dict[str, str] = {
     "import": "speculators' own import depends on the installed transformers, which vLLM's Python sources "
               "do not pin; each env's conformance run checks it",
+    "chunkedprefill": "whether a batch over one step's budget is chunked or reordered is the scheduler's behaviour "
+                      "under load (defaults, queue order), not a signature: each env's run extracts such a batch",
 }
 
 

@@ -24,7 +24,9 @@ from harness.report import PROOF_FAILED, PROOF_NA, PROOF_NEEDED, PROOF_NOT_NEEDE
 PROMPTS = [[(7 * i + 3 * j) % 500 + 4 for j in range(40)] for i in range(2)]  # 2 full blocks and more each
 
 
-def _extract(name: str, disable: frozenset, calls: int = 2):
+def _extract(name: str, disable: frozenset, calls: int = 2, run=None):
+    """speculators' generator with `disable` left out: `calls` extractions of PROMPTS, or the contract's own
+    `proof_run(gen)` (a batch and a check the contract needs, e.g. C-chunkedprefill's request order)."""
     from harness import models
     from harness.generator import HarnessGenerator, options_for
     from harness.probe_context import MAX_MODEL_LEN
@@ -32,6 +34,8 @@ def _extract(name: str, disable: frozenset, calls: int = 2):
     model = models.build(name)
     with HarnessGenerator(model.path, [1, 2], max_model_len=MAX_MODEL_LEN, disable=disable,
                           options=options_for(model)) as gen:
+        if run is not None:
+            return run(gen)
         for _ in range(calls):
             results = gen.generate(PROMPTS)
     return results
@@ -59,7 +63,7 @@ def _without_shim(cid: str, name: str) -> Attempt:
         return _start_with_mla_on(models.build(name))
     mla.prepare(models.build(name))
     context = getattr(module, "PROOF_CONTEXT", frozenset())
-    without, _ = Attempt.run(lambda: _extract(name, frozenset({cid}) | context))
+    without, _ = Attempt.run(lambda: _extract(name, frozenset({cid}) | context, run=getattr(module, "proof_run", None)))
     return without
 
 

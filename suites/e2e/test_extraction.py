@@ -105,6 +105,36 @@ def test_many_prompts_over_several_scheduler_steps(run, record_e2e, numerics_exp
     assert gen.executor_view.steps - steps_before >= 2, "the batch fit in one scheduler step: nothing multi-step was tested"
 
 
+def test_batch_several_times_the_step_budget(run, record_e2e, numerics_expected):
+    """A training-sized batch: ~3x max_num_batched_tokens of 250..350-token prompts, so prompts straddle step
+    boundaries (C-chunkedprefill): every row present, in order, equal to transformers."""
+    from harness.contracts import chunkedprefill
+
+    model, gen = run.model, run.generator
+    sc = gen.vllm_config.scheduler_config
+    budget = int(sc.max_num_batched_tokens)
+    batch = prompts(3 * budget // 300, 250, 350, seed=5, vocab=model.vocab_size)
+    guard = getattr(gen.scheduler, chunkedprefill.GUARD)
+    steps_before, kept_before = gen.executor_view.steps, guard.kept
+    results = gen.generate(batch)
+    tokens, steps, kept = sum(map(len, batch)), gen.executor_view.steps - steps_before, guard.kept - kept_before
+    assert [r["input_ids"].tolist() for r in results] == batch
+    d = max_diff(results, reference.hidden_states(model.path, batch, gen.layer_ids))
+    # Where the KV cache holds fewer tokens than one step's budget, the cache binds first: the scheduler stops
+    # admitting prompts instead of chunking one, so nothing straddles (seen for the MLA fixtures run as MHA on CPU).
+    kv_tokens = int(gen.scheduler.kv_cache_config.num_blocks) * int(gen.vllm_config.cache_config.block_size)
+    straddles = chunkedprefill.chunked(sc) and kv_tokens > budget + 350
+    record_e2e(model.name, "batch of 3x the step budget, prompts straddling steps, vs transformers",
+               "pass" if d <= TOL else "fail", f"{len(batch)} prompts, {tokens} tokens, {steps} steps "
+               f"(budget {budget}, KV cache {kv_tokens} tokens), {kept} prompts continued across a step"
+               + ("" if straddles else " (the KV cache binds before the budget: no straddle possible here)")
+               + f"; max abs diff {d:.2e}", max_abs_diff=d, tokens=tokens, steps=steps, straddled=kept)
+    assert tokens > 2 * budget and steps >= 3
+    if straddles:
+        assert kept > 0, "no prompt straddled a step boundary: the batch did not test chunked prefill"
+    numerics_expected(model.name, d <= TOL, f"max abs diff {d:.2e} > {TOL:g}")
+
+
 def test_prompt_alone_equals_prompt_in_batch(run, record_e2e, numerics_expected, expectations):
     """Batch invariance. Where this vLLM is expected to compute the model wrongly, invariance of wrong numbers
     says nothing: the test then requires that the batch still differs from transformers (the break reproduces)."""

@@ -93,6 +93,14 @@ def test_incomplete_run_never_replaces_a_complete_report(tmp_path):
     assert j.name == "e.json" and not (tmp_path / "e.incomplete.json").exists()
 
 
+def test_a_failing_subset_does_not_count_as_a_complete_run(tmp_path):
+    from harness.pytest_plugin import _write_report
+
+    report.write(_rep(selection={**FULL, "subset": ["-k x"]}, tests={"passed": 0, "failed": 1}), tmp_path)
+    j, _ = _write_report(_rep(selection={**FULL, "subset": ["-k y"]}), tmp_path)
+    assert j.name == "e.json", "a partial run may replace another partial run, whatever its status"
+
+
 def test_matrix_shows_incomplete_and_unproven_cells(tmp_path):
     env = next(iter(matrix.versions().values()))["env"]
     rep = _rep([{k: v for k, v in SHIMMED_ROW.items() if k != "proof"}])

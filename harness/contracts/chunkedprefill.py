@@ -1,0 +1,217 @@
+"""C-chunkedprefill: every prompt of a batch larger than one scheduler step comes back complete and its rows
+are its own (in request order), whatever the batch size.
+
+speculators 0.3.0's loop finishes every request it saw scheduled after one `schedule()` step, and slices
+the captured rows assuming they arrive in the order it added the requests. Both break once a batch
+exceeds one step's token budget (`max_num_batched_tokens`, 8192 in speculators' config), which the
+batches a training team extracts (40 prompts of 300 tokens, 5 of 2,000) do as a rule:
+
+* chunked prefill on (vLLM V1's default from 0.12 in the scheduler speculators builds): a prompt that
+  straddles the step boundary is finished after its first chunk; its remaining tokens are never prefilled
+  and it comes back with fewer rows than tokens (speculators 0.4.0 fixed this upstream with per-request
+  bookkeeping);
+* chunked prefill off (0.11): a prompt that does not fit waits, and the waiting queue comes back in reverse
+  order, so the next step is scheduled last-in first-out. Every row count still matches, but prompt i
+  gets the rows of another prompt: silently wrong training data on the vLLM speculators was written for.
+
+Shim, two halves. Driver: speculators' scheduler finishes only requests whose prefill is done
+(`num_computed_tokens`, which `schedule()` advances, has reached the prompt length); a request mid-prefill
+stays running and the next step schedules its next chunk; the order requests were added in is recorded.
+Worker: each forward's requests, in the runner's batch order, with their scheduled token counts (a request
+kept running keeps its slot while new requests fill the slots below it, so its later chunk is captured
+after rows of later requests). After speculators' generate, the harness regroups the rows per request in
+the order they were added and slices them again (`regroup`). The row check alone cannot see a reordering
+(the counts match); the probe compares rows with the same prompts extracted on their own, the end-to-end
+suite with transformers.
+"""
+
+from __future__ import annotations
+
+from harness.contracts.base import Attempt, Contract, Observation
+
+CONTRACT = Contract(
+    id="chunkedprefill",
+    assumes="a batch larger than one scheduler step comes back complete, each prompt's rows its own",
+    failures=(r"split across scheduler steps", r"came back with \[.*\] rows per layer", r"not in request order"),
+    shim="harness.contracts.chunkedprefill.apply",
+)
+
+#: The attribute on speculators' scheduler that holds the guard (tests and the probe switch it).
+GUARD = "_harness_prefill_guard"
+PROMPT_TOKENS = 300
+
+
+class PrefillGuard:
+    """Wraps one scheduler's `finish_requests`: requests mid-prefill are kept running (when `enabled`)."""
+
+    def __init__(self, scheduler):
+        self.scheduler = scheduler
+        self.enabled = True
+        self.kept = 0  # finish calls held back for a request mid-prefill (the shim engaged)
+        self.cut = 0  # requests finished mid-prefill while the guard was off (what speculators alone does)
+        self.regrouped = 0  # generate() calls whose rows had to be regrouped into request order
+        self.arrivals: list[str] = []  # request ids in the order speculators added them (since the last take)
+        self._finish = scheduler.finish_requests
+        self._add = scheduler.add_request
+
+    def add_request(self, request) -> None:
+        self.arrivals.append(request.request_id)
+        return self._add(request)
+
+    def mid_prefill(self, request_id: str) -> bool:
+        req = self.scheduler.requests.get(request_id)
+        return req is not None and req.num_computed_tokens < req.num_prompt_tokens
+
+    def finish_requests(self, request_ids, finished_status) -> None:
+        ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
+        mid = [i for i in ids if self.mid_prefill(i)]
+        if not self.enabled:
+            self.cut += len(mid)
+            return self._finish(ids, finished_status)
+        self.kept += len(mid)
+        done = [i for i in ids if i not in mid]
+        if done:
+            self._finish(done, finished_status)
+
+
+def apply(ns: dict, current, state=None) -> None:
+    """Wraps the Scheduler speculators builds (after C-sched's wrapper) with a PrefillGuard."""
+    real = current("Scheduler")
+
+    def Scheduler(**kwargs):  # noqa: N802
+        sched = real(**kwargs)
+        guard = PrefillGuard(sched)
+        sched.finish_requests = guard.finish_requests
+        sched.add_request = guard.add_request
+        setattr(sched, GUARD, guard)
+        return sched
+
+    ns["Scheduler"] = Scheduler
+
+
+def apply_worker(worker) -> None:
+    """Record, for every forward, the requests in the runner's batch order and their scheduled token counts."""
+    if worker.__dict__.get("_harness_segments_recorded"):
+        return
+    inner = worker.execute_model
+    worker._harness_segments = []
+
+    def execute_model(scheduler_output, *args, **kwargs):
+        out = inner(scheduler_output, *args, **kwargs)
+        scheduled = getattr(scheduler_output, "num_scheduled_tokens", None) or {}
+        if scheduled:
+            order = [r for r in worker.model_runner.input_batch.req_ids if r is not None and r in scheduled]
+            worker._harness_segments.append([(r, int(scheduled[r])) for r in order])
+        return out
+
+    worker.execute_model = execute_model
+    worker._harness_segments_recorded = True
+
+
+def take_segments(worker) -> list:
+    """RPC body: the recorded [(request id, rows)] per forward since the last call, emptied."""
+    out, worker._harness_segments = getattr(worker, "_harness_segments", []), []
+    return out
+
+
+def reset(worker) -> None:
+    worker._harness_segments = []
+
+
+def regroup(results: list[dict], segments: list, arrivals: list[str]) -> bool:
+    """Give each result the rows of its own request: undo speculators' slicing (contiguous, in result order)
+    to the capture order, regroup by request in arrival order (results are in arrival order), slice again.
+    In place; returns whether anything moved. Does nothing where the records do not cover the rows."""
+    import torch
+
+    flat = [seg for step in segments for seg in step]
+    total = sum(int(r["hidden_states"][0].shape[0]) for r in results) if results else 0
+    if not flat or sum(n for _, n in flat) != total or len(arrivals) != len(results):
+        return False
+    chunks, offset = {}, 0
+    for req_id, n in flat:
+        chunks.setdefault(req_id, []).append(torch.arange(offset, offset + n))
+        offset += n
+    if set(chunks) != set(arrivals):
+        return False
+    index = torch.cat([torch.cat(chunks[r]) for r in arrivals])
+    if torch.equal(index, torch.arange(total)):
+        return False
+    lengths = [int(r["hidden_states"][0].shape[0]) for r in results]
+    for layer in range(len(results[0]["hidden_states"])):
+        captured = torch.cat([r["hidden_states"][layer] for r in results])
+        for r, part in zip(results, captured.index_select(0, index).split(lengths)):
+            r["hidden_states"][layer] = part.clone()
+    return True
+
+
+def straddling_batch(budget: int, vocab: int) -> list[list[int]]:
+    """Prompts of PROMPT_TOKENS tokens, one step's budget in all plus two prompts, so that a prompt boundary
+    does not line up with the step boundary (300 does not divide 8192)."""
+    n = budget // PROMPT_TOKENS + 2
+    return [[(7 * i + 3 * j) % (vocab - 4) + 4 for j in range(PROMPT_TOKENS)] for i in range(n)]
+
+
+def proof_run(gen) -> None:
+    """The shim proof's run: a batch that straddles the generator's step budget, rows checked for order."""
+    sc = gen.vllm_config.scheduler_config
+    in_order(gen, straddling_batch(int(sc.max_num_batched_tokens), gen.vocab_size))
+
+
+def chunked(scheduler_config) -> bool:
+    """Whether the scheduler may split a prompt across steps (the field's name differs across versions)."""
+    for name in ("enable_chunked_prefill", "chunked_prefill_enabled"):
+        value = getattr(scheduler_config, name, None)
+        if value is not None:
+            return bool(value)
+    return False
+
+
+def cause(scheduler_config, prompt_lengths: list[int]) -> str | None:
+    """Why rows can go missing in this batch, when chunked prefill explains it (for the row check's error)."""
+    budget = int(scheduler_config.max_num_batched_tokens)
+    if chunked(scheduler_config) and sum(prompt_lengths) > budget:
+        return (f"a prompt was split across scheduler steps (chunked prefill on, max_num_batched_tokens={budget}, "
+                f"batch of {sum(prompt_lengths)} tokens) and speculators finished it after its first chunk")
+    return None
+
+
+ORDER_TOL = 1e-4  # a prompt's rows in the batch vs alone: batch shapes change the blocking, not the values
+
+
+def in_order(gen, batch: list[list[int]], tail: int = 5) -> None:
+    """Extract `batch`; the last prompts' rows must be their own: equal to those prompts extracted on their own
+    (rows of another request, or shifted rows, differ by ~1)."""
+    results = gen.generate(batch)
+    alone = gen.generate(batch[-tail:])
+    worst = max(float((a - b).abs().max()) for ra, rb in zip(alone, results[-tail:])
+                for a, b in zip(ra["hidden_states"], rb["hidden_states"]))
+    if worst > ORDER_TOL:
+        raise AssertionError(f"rows are not in request order: the last {tail} prompts differ from themselves "
+                             f"extracted alone by {worst:.3g}")
+
+
+def probe(ctx) -> Observation:
+    gen = ctx.generator
+    sc = ctx.vllm_config.scheduler_config
+    guard = getattr(gen.scheduler, GUARD, None)
+    facts = {"chunked_prefill_enabled": chunked(sc),
+             "max_num_batched_tokens": int(sc.max_num_batched_tokens), "max_num_seqs": int(sc.max_num_seqs)}
+    if guard is None:
+        return Observation(CONTRACT, Attempt.failed("RuntimeError", "the shared generator has no prefill guard"),
+                           None, facts)
+    batch = straddling_batch(facts["max_num_batched_tokens"], ctx.model.vocab_size)
+    facts["batch"] = f"{len(batch)} prompts x {PROMPT_TOKENS} tokens = {len(batch) * PROMPT_TOKENS} tokens"
+    guard.enabled, cut_before, kept_before, regrouped_before = False, guard.cut, guard.kept, guard.regrouped
+    try:
+        unshimmed, _ = Attempt.run(lambda: in_order(gen, batch))
+    finally:
+        guard.enabled = True
+    facts["finished_mid_prefill_unshimmed"] = guard.cut - cut_before
+    shimmed = None
+    if not unshimmed.ok:
+        shimmed, _ = Attempt.run(lambda: in_order(gen, batch))
+        facts["kept_running_shimmed"] = guard.kept - kept_before
+        facts["regrouped_shimmed"] = guard.regrouped - regrouped_before
+    facts["shim_selected"] = guard.kept - kept_before > 0 or guard.regrouped - regrouped_before > 0
+    return Observation(CONTRACT, unshimmed, shimmed, facts)
