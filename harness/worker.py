@@ -27,28 +27,34 @@ _SPECULATORS_AS_SHIPPED = HiddenStatesWorkerExtension
 _SPECULATORS_EAGLE3_SHIM = rebind(HiddenStatesWorkerExtension, {"supports_eagle3": eagle3.accepting})
 
 
-def run_forward_in_config_context(worker) -> None:
-    """Run this worker's `execute_model` inside `set_current_vllm_config(worker.vllm_config)`.
+#: Worker methods that run a forward (the warm-up's dummy run, the memory profile, speculators' steps).
+FORWARD_METHODS = ("compile_or_warm_up_model", "determine_available_memory", "execute_model")
 
-    Not a speculators contract: vLLM's own engine calls the same `execute_model` RPC. vLLM wraps worker
-    construction, device and KV-cache initialisation in its config context, but not `execute_model`, so
-    a layer that builds a CustomOp during the forward fails with "Current vLLM config is not set". vLLM
-    0.20 and 0.22's CPU fused-MoE fallback (taken where `torch.ops._C.prepack_moe_weight` is absent: seen
-    on an AVX2-only EPYC; on the machine these versions were first observed on, the MoE runs passed
-    without this) builds `SiluAndMul` per call, so every MoE forward does.
-    The context only makes the config readable; it changes no numbers. Set on the instance, once.
+
+def run_forward_in_config_context(worker) -> None:
+    """Run this worker's forward-running methods inside `set_current_vllm_config(worker.vllm_config)`.
+
+    Not a speculators contract: vLLM's own engine calls the same RPCs. vLLM wraps worker construction,
+    device and KV-cache initialisation in its config context, but not every forward, so a layer that builds
+    a CustomOp during the forward fails with "Current vLLM config is not set". The CPU fused-MoE fallback
+    (taken where `torch.ops._C.prepack_moe_weight` is absent, e.g. on an AVX2-only EPYC) builds `SiluAndMul`
+    per call: on 0.14 already in the warm-up run (plain vLLM fails the same way there, see
+    harness.attribution), on 0.20 and 0.22 in every MoE step. The context only makes the config readable;
+    it changes no numbers. Set on the instance, once, before the executor's warm-up (`_harness_configure`).
     """
     if worker.__dict__.get("_harness_config_context"):
         return
     from vllm.config import set_current_vllm_config
 
-    inner = worker.execute_model
+    def in_context(inner):
+        def call(*args, **kwargs):
+            with set_current_vllm_config(worker.vllm_config):
+                return inner(*args, **kwargs)
+        return call
 
-    def execute_model(*args, **kwargs):
-        with set_current_vllm_config(worker.vllm_config):
-            return inner(*args, **kwargs)
-
-    worker.execute_model = execute_model
+    for name in FORWARD_METHODS:
+        if callable(getattr(worker, name, None)):
+            setattr(worker, name, in_context(getattr(worker, name)))
     worker._harness_config_context = True
 
 
@@ -89,7 +95,9 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
     _harness_hang: tuple | None = None
 
     def _harness_configure(self, disabled) -> None:
+        """Called by the driver right after the executor starts, before speculators' KV-cache set-up."""
         self._harness_disabled = frozenset(disabled)
+        run_forward_in_config_context(self)
 
     def _setup_hidden_states_capture(self, layer_ids: list[int]):
         setup_capture(self, layer_ids, self._harness_disabled)

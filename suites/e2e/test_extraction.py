@@ -150,3 +150,21 @@ def test_prompt_alone_equals_prompt_in_batch(run, record_e2e, numerics_expected,
         numerics_expected(model.name, ref <= TOL, f"max abs diff vs transformers {ref:.2e} > {TOL:g}")
         return
     assert d <= TOL, f"max abs diff {d:.2e} > {TOL:g}"
+
+
+@pytest.mark.parametrize("name", contracts.E2E_MODELS)
+def test_a_broken_cell_says_whose_fault_it_is(name, runs, expectations, record_e2e):
+    """Where e2e[model] is expected broken, the same model through plain vLLM (no speculators, no shims) must be
+    wrong too -- or not start: then the cell is vLLM's. Plain vLLM right would make it our bug, and fails here."""
+    from harness import attribution
+
+    if not expected_broken(expectations, name):
+        not_applicable(f"e2e[{name}] is not expected broken on this vLLM: nothing to attribute")
+    r = runs(name)  # decides MLA for this platform first, as every run of the model does
+    if r.absent:
+        not_applicable(r.absent)
+    verdict = attribution.attribute(r.model, prompts(4, 17, 60, seed=9, vocab=r.model.vocab_size))
+    says = verdict.says(r.model.architecture)
+    record_e2e(r.model.name, "whose fault: plain vLLM (no speculators) vs transformers, prompt logprobs",
+               "fail" if verdict.vllm_wrong else "pass", says, max_abs_diff=verdict.max_abs_diff)
+    assert verdict.vllm_wrong, says

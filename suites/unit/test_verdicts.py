@@ -144,3 +144,19 @@ def test_committed_reports_hold_no_object_addresses():
     hits = [p.name for p in (REPO_ROOT / "reports").rglob("*") if p.suffix in (".json", ".md", ".html")
             and "object at 0x" in p.read_text()]
     assert not hits, f"object reprs with memory addresses in {hits}"
+
+
+def test_attribution_names_whose_fault_a_broken_cell_is(monkeypatch):
+    from harness.attribution import AGREE, Verdict
+    from harness.contracts.base import Attempt
+
+    monkeypatch.delenv("VLLM_MLA_DISABLE", raising=False)
+    wrong = Verdict(Attempt(True), 1.28)
+    assert wrong.vllm_wrong and wrong.says("DeepseekV3ForCausalLM").startswith(
+        "vLLM CPU build computes DeepseekV3ForCausalLM wrongly: plain vLLM (no speculators) differs")
+    ours = Verdict(Attempt(True), AGREE / 10)
+    assert not ours.vllm_wrong and "the harness's shim path is at fault" in ours.says("X")
+    dead = Verdict(Attempt.failed("RuntimeError", "Engine core initialization failed"))
+    assert dead.vllm_wrong and "does not start X either" in dead.says("X")
+    monkeypatch.setenv("VLLM_MLA_DISABLE", "1")
+    assert wrong.says("X").endswith("(run with VLLM_MLA_DISABLE=1: this build cannot run MLA)")

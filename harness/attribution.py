@@ -1,0 +1,126 @@
+"""Whose fault is a broken end-to-end cell? The same model through plain vLLM, without speculators.
+
+Where the expectations say a vLLM build computes a tiny model wrongly (`e2e[model] = broken`), the harness
+must show that the fault is vLLM's, not its shims': it runs the model through vLLM's public `LLM(...)`
+(no speculators, no harness shims), asks for the prompt logprobs, and compares them with transformers'
+float32 log-softmax over the same checkpoint. Plain vLLM wrong too -> the build computes the model
+wrongly; plain vLLM right -> the shim path is at fault (a bug of ours). Plain vLLM not starting the model
+is the build's failure as well, and says so with its error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from harness.contracts.base import Attempt, summarize
+
+#: Prompt logprobs of a correct build agree with transformers' float32 ones to ~1e-5 on the tiny models;
+#: a build that computes the model wrongly (hidden states off by ~1) is off by far more.
+AGREE = 1e-3
+
+
+@dataclasses.dataclass
+class Verdict:
+    started: Attempt
+    max_abs_diff: float | None = None  # plain vLLM's prompt logprobs vs transformers'
+
+    @property
+    def vllm_wrong(self) -> bool:
+        return not self.started.ok or (self.max_abs_diff is not None and self.max_abs_diff > AGREE)
+
+    def says(self, architecture: str) -> str:
+        import os
+
+        how = " (run with VLLM_MLA_DISABLE=1: this build cannot run MLA)" if os.environ.get("VLLM_MLA_DISABLE") == "1" else ""
+        return self._says(architecture) + how
+
+    def _says(self, architecture: str) -> str:
+        if not self.started.ok:
+            return f"plain vLLM (no speculators) does not start {architecture} either: {self.started.text[:300]}"
+        if self.vllm_wrong:
+            return (f"vLLM CPU build computes {architecture} wrongly: plain vLLM (no speculators) differs from "
+                    f"transformers by {self.max_abs_diff:.3g} in prompt logprobs (agreement bound {AGREE:g})")
+        return (f"plain vLLM (no speculators) agrees with transformers ({self.max_abs_diff:.2g} in prompt logprobs): "
+                f"the harness's shim path is at fault")
+
+
+def _engine_kwargs(model, max_model_len: int) -> dict:
+    """LLM(...) keywords for a tiny model, text-only for multimodal wrappers (as the harness's Options do)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    kwargs = dict(model=str(model.path), dtype="float32", max_model_len=max_model_len, enforce_eager=True,
+                  enable_prefix_caching=False, trust_remote_code=True, seed=0)
+    if (model.run_options or {}).get("language_model_only"):
+        fields = {f.name for f in dataclasses.fields(EngineArgs)}
+        if "language_model_only" in fields:
+            kwargs["language_model_only"] = True
+        else:
+            kwargs["limit_mm_per_prompt"] = {"image": 0, "video": 0}
+    return kwargs
+
+
+def plain_vllm_logprobs(model, prompts: list[list[int]], max_model_len: int = 512) -> list[list[float]]:
+    """Per prompt, the logprob plain vLLM gives each prompt token after the first."""
+    from vllm import LLM, SamplingParams
+
+    from harness.bench import _shutdown
+
+    llm = LLM(**_engine_kwargs(model, max_model_len))
+    try:
+        outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
+                            SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0), use_tqdm=False)
+    finally:
+        _shutdown(llm)
+    return [[lp[tok].logprob for lp, tok in zip(o.prompt_logprobs[1:], p[1:])] for o, p in zip(outs, prompts)]
+
+
+def transformers_logprobs(model, prompts: list[list[int]]) -> list[list[float]]:
+    import torch
+
+    from harness import reference
+
+    ref = reference.load(str(model.path))
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            logits = ref(torch.tensor([p])).logits[0].float()
+            lp = torch.log_softmax(logits, dim=-1)
+            out.append([float(lp[i, p[i + 1]]) for i in range(len(p) - 1)])
+    return out
+
+
+def _in_child(model, prompts: list[list[int]]) -> list[list[float]]:
+    """plain_vllm_logprobs in a fresh interpreter (a failed engine start leaves nothing behind here); on failure
+    the root cause the engine process logged, not only the driver's "initialization failed"."""
+    import json
+    import re
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "logprobs.json"
+        code = ("import json, sys\n"
+                "from harness import models\nfrom harness.attribution import plain_vllm_logprobs\n"
+                "if __name__ == '__main__':\n"
+                f"    m = models.build({model.name!r})\n"
+                f"    prompts = json.loads(open({str(out) + '.in'!r}).read())\n"
+                f"    open({str(out)!r}, 'w').write(json.dumps(plain_vllm_logprobs(m, prompts)))\n")
+        Path(str(out) + ".in").write_text(json.dumps(prompts))
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+        if proc.returncode == 0 and out.is_file():
+            return json.loads(out.read_text())
+    errors = [m.group(0).strip() for line in (proc.stdout + proc.stderr).splitlines()
+              if (m := re.search(r"\b\w*(?:Error|Exception): .*", line))]
+    root = next((e for e in errors if "initialization failed" not in e), errors[-1] if errors else f"exit {proc.returncode}")
+    raise RuntimeError(summarize(root, 400))
+
+
+def attribute(model, prompts: list[list[int]]) -> Verdict:
+    started, theirs = Attempt.run(lambda: _in_child(model, prompts))
+    if not started.ok:
+        return Verdict(started)
+    ours = transformers_logprobs(model, prompts)
+    diff = max(abs(a - b) for x, y in zip(theirs, ours) for a, b in zip(x, y))
+    return Verdict(started, diff)
