@@ -212,6 +212,8 @@ class KimiK25Config(PretrainedConfig):
 '''
 
 
+#: What tiny-Kimi's stand-in processor raises when asked about media (harness.attribution recognises it).
+TEXT_ONLY_REFUSAL = "tiny-Kimi is a text-only checkpoint: it has no vision weights"
 #: vLLM's Kimi-K2.5 processing info loads the checkpoint's image processor (remote code in real
 #: checkpoints) even for text-only runs, and reads two attributes of it. tiny-Kimi is text-only: its
 #: processor has those attributes and refuses media.

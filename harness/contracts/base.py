@@ -58,6 +58,25 @@ def short_path(filename: str) -> str:
     return filename[len(root):] if filename.startswith(root) else filename
 
 
+def resolve(dotted: str):
+    """The object a dotted reference names (`harness.executor_view.ExecutorView.execute_model`); LookupError if
+    no importable module in it holds the rest. Shim references are resolved with it (a unit test, the gate)."""
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            if not hasattr(obj, name):
+                raise LookupError(f"{dotted}: {'.'.join(parts[:i])} has no {'.'.join(parts[i:])}")
+            obj = getattr(obj, name)
+        return obj
+    raise LookupError(f"{dotted}: no importable module in it")
+
+
 @dataclass
 class Attempt:
     """One call into the installed vLLM: did it work, and if not, what did it raise."""

@@ -10,7 +10,6 @@ follows the shims. `validate()` checks that every contract id and shim named her
 from __future__ import annotations
 
 import fnmatch
-import importlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -174,15 +173,10 @@ def validate(contract_ids: list[str]) -> list[str]:
 
 
 def _resolves(dotted: str) -> bool:
-    parts = dotted.split(".")
-    for i in range(len(parts) - 1, 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        for name in parts[i:]:
-            if not hasattr(obj, name):
-                return False
-            obj = getattr(obj, name)
-        return True
-    return False
+    from harness.contracts.base import resolve
+
+    try:
+        resolve(dotted)
+    except LookupError:
+        return False
+    return True
