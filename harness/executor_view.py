@@ -15,6 +15,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from harness import transport
+
 
 class WorkerTimeout(RuntimeError):
     """A worker did not answer an RPC in time; the executor has been shut down."""
@@ -67,6 +69,8 @@ class ExecutorView:
                        non_block: bool = False, unique_reply_rank: int | None = None, **extra: Any) -> Any:
         out = self._rpc(method, timeout=timeout, args=args, kwargs=kwargs, non_block=non_block,
                         unique_reply_rank=unique_reply_rank, **extra)
+        if method == transport.METHOD:  # the captured states may come as a shared-memory file
+            out = transport.materialize(out)
         if unique_reply_rank is not None and self.rpc_shim and self.single_reply:
             # C-rpc: speculators indexes `[0]`, written for the list-of-one reply of vLLM <= 0.11.0.
             self.engaged["rpc"] += 1

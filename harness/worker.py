@@ -17,6 +17,7 @@ apply_import()  # C-import, in the worker process: before speculators is importe
 
 from speculators.data_generation.custom_worker import HiddenStatesWorkerExtension  # noqa: E402
 
+from harness import transport  # noqa: E402
 from harness.contracts import chunkedprefill, eagle3, embed, kimi_stack  # noqa: E402
 from harness.contracts.base import Attempt  # noqa: E402
 from harness.namespace import rebind  # noqa: E402
@@ -113,6 +114,23 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
 
     def _harness_take_segments(self) -> list:
         return chunkedprefill.take_segments(self)
+
+    _harness_transport: str = "shm"
+    _harness_publisher = None
+
+    def _get_captured_states(self):
+        """speculators' states, handed over through shared memory where there is room (harness.transport)."""
+        states = super()._get_captured_states()
+        if not states or self._harness_transport != "shm":
+            return states
+        if self._harness_publisher is None:
+            self._harness_publisher = transport.Publisher()
+        return self._harness_publisher.publish(states) or states
+
+    def _harness_set_transport(self, mode: str) -> int:
+        """"shm" (default) or "rpc" (the tensors in the reply, as speculators ships); returns shm replies so far."""
+        self._harness_transport = mode
+        return self._harness_publisher.published if self._harness_publisher else 0
 
     def _store_captured_states(self, aux_hidden_states):
         # Counted per rank: speculators captures on TP rank 0 only, and the GPU tier checks that.

@@ -22,7 +22,9 @@ from harness.contracts.base import Attempt, Contract, Observation
 CONTRACT = Contract(
     id="blocksize",
     assumes="block_size=16 is a KV-cache block size the attention backend supports",
-    failures=(r"block_size not supported",),
+    # The probe's words (vLLM's own validate_configuration) and the run's (0.32's model runner:
+    # "No common block size for 16 (CPU_ATTN: [MultipleOf(32)])", seen by the shim proof).
+    failures=(r"block_size not supported", r"No common block size for \d+"),
     shim="harness.contracts.block_size.apply",
 )
 
@@ -30,12 +32,22 @@ SPECULATORS_BLOCK_SIZE = 16
 CANDIDATES = (16, 32, 64, 128, 256)
 
 
-def backend_class(model_config, block_size: int = SPECULATORS_BLOCK_SIZE):
-    """The attention backend class the platform selects for this model at `block_size` (what it raises, raised)."""
+def in_context(vllm_config):
+    """Backends are asked inside the config's context: CUDA backends read the current config to declare their
+    kernel block sizes (vLLM 0.20's FlashAttention does), so selection and `supports_block_size` need it."""
+    from vllm.config import set_current_vllm_config
+
+    return set_current_vllm_config(vllm_config)
+
+
+def backend_class(vllm_config, block_size: int = SPECULATORS_BLOCK_SIZE):
+    """The attention backend class the platform selects for this config's model at `block_size` (what it raises,
+    raised). Call inside `in_context(vllm_config)`."""
     from harness.contracts.mla import select_backend
 
-    path = select_backend(head_size=model_config.get_head_size(), dtype=model_config.dtype,
-                          use_mla=bool(getattr(model_config, "use_mla", False)), block_size=block_size)
+    mc = vllm_config.model_config
+    path = select_backend(head_size=mc.get_head_size(), dtype=mc.dtype,
+                          use_mla=bool(getattr(mc, "use_mla", False)), block_size=block_size)
     module, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module), name)
 
@@ -64,13 +76,21 @@ def accepted(backend, at_least: int) -> int:
 
 
 def apply(ns: dict, current, state=None) -> None:
-    """Wraps VllmConfig: before it is built, move speculators' block size to one the backend takes."""
+    """Wraps VllmConfig: build it, ask its backend (in its context) whether it takes speculators' block size;
+    where not, move the block size in speculators' CacheConfig to one it takes and build the config again,
+    so that everything derived from the block size follows."""
     real = current("VllmConfig")
 
     def VllmConfig(**kwargs):  # noqa: N802
-        cc, mc = kwargs.get("cache_config"), kwargs.get("model_config")
-        if cc is not None and mc is not None and not getattr(mc, "use_mla", False):
-            cc.block_size = accepted(backend_class(mc, cc.block_size), cc.block_size)
+        cfg = real(**kwargs)
+        cc, mc = kwargs.get("cache_config"), cfg.model_config
+        if cc is None or mc is None or getattr(mc, "use_mla", False):
+            return cfg
+        with in_context(cfg):
+            size = accepted(backend_class(cfg, cc.block_size), cc.block_size)
+        if size == cc.block_size:
+            return cfg
+        cc.block_size = size
         return real(**kwargs)
 
     ns["VllmConfig"] = VllmConfig
@@ -81,15 +101,16 @@ def probe(ctx) -> Observation:
     if getattr(mc, "use_mla", False):
         return Observation(CONTRACT, Attempt(True), None, {}, not_applicable="MLA models: the platform sets the block size")
     used = int(ctx.vllm_config.cache_config.block_size)
-    selected, backend = Attempt.run(lambda: backend_class(mc))
-    facts = {"block_size_used": used, "shim_selected": used != SPECULATORS_BLOCK_SIZE,
-             "backend": f"{backend.__module__}.{backend.__name__}" if backend else None,
-             "vllm_judges_block_sizes": bool(backend is not None and hasattr(backend, "supports_block_size"))}
-    if not selected.ok:
-        return Observation(CONTRACT, selected, None, facts)
-    facts["kernel_block_sizes"] = describe(getattr(backend, "get_supported_kernel_block_sizes", list)())
-    unshimmed, _ = Attempt.run(lambda: check(backend, SPECULATORS_BLOCK_SIZE))
-    shimmed = None
-    if not unshimmed.ok:
-        shimmed, _ = Attempt.run(lambda: check(backend, used))
+    facts = {"block_size_used": used, "shim_selected": used != SPECULATORS_BLOCK_SIZE}
+    with in_context(ctx.vllm_config):
+        selected, backend = Attempt.run(lambda: backend_class(ctx.vllm_config))
+        facts["backend"] = f"{backend.__module__}.{backend.__name__}" if backend else None
+        facts["vllm_judges_block_sizes"] = bool(backend is not None and hasattr(backend, "supports_block_size"))
+        if not selected.ok:
+            return Observation(CONTRACT, selected, None, facts)
+        facts["kernel_block_sizes"] = describe(getattr(backend, "get_supported_kernel_block_sizes", list)())
+        unshimmed, _ = Attempt.run(lambda: check(backend, SPECULATORS_BLOCK_SIZE))
+        shimmed = None
+        if not unshimmed.ok:
+            shimmed, _ = Attempt.run(lambda: check(backend, used))
     return Observation(CONTRACT, unshimmed, shimmed, facts)

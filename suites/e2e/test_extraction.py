@@ -168,3 +168,22 @@ def test_a_broken_cell_says_whose_fault_it_is(name, runs, expectations, record_e
     record_e2e(r.model.name, "whose fault: plain vLLM (no speculators) vs transformers, prompt logprobs",
                "fail" if verdict.vllm_wrong else "pass", says, max_abs_diff=verdict.max_abs_diff)
     assert verdict.vllm_wrong, says
+
+
+def test_shared_memory_hand_off_is_bit_identical_to_the_rpc(run, record_e2e):
+    """The captured states travel through /dev/shm (harness.transport) instead of the RPC reply: the results
+    must be the same bits as speculators' own RPC path on the same prompts, and the shared path must be used."""
+    gen = run.generator
+    batch = prompts(6, 40, 200, seed=12, vocab=run.model.vocab_size)
+    before = gen.real_executor.collective_rpc("_harness_set_transport", args=("shm",))[0]
+    fast = gen.generate(batch)
+    used = gen.real_executor.collective_rpc("_harness_set_transport", args=("rpc",))[0] - before
+    try:
+        plain = gen.generate(batch)
+    finally:
+        gen.real_executor.collective_rpc("_harness_set_transport", args=("shm",))
+    equal = all(torch.equal(a, b) for r1, r2 in zip(fast, plain) for a, b in zip(r1["hidden_states"], r2["hidden_states"]))
+    record_e2e(run.model.name, "shared-memory hand-off == RPC reply, bitwise", "pass" if equal and used else "fail",
+               f"{used} shared-memory replies; {sum(map(len, batch))} tokens x {len(gen.layer_ids)} layers")
+    assert used >= 1, "the shared-memory path was not taken (no room in /dev/shm?)"
+    assert equal
