@@ -124,6 +124,7 @@ class ExecutorView:
             if self._closed:
                 return
             self._closed = True
+        transport.forget(getattr(getattr(h, "proc", None), "pid", None) for h in getattr(self.real, "workers", None) or [])
         self.real.shutdown()
 
     @property

@@ -91,24 +91,40 @@ class Publisher:
         self.path, self.buf = None, None
 
 
-#: Caller side: mappings by file name (the file itself is unlinked once mapped); a few at most.
-_MAPPED: dict[str, object] = {}
-KEEP = 4
+#: Caller side: per worker process (its pid is in the file name), the file it publishes into and our mapping of
+#: it. The file is unlinked once mapped, so a mapping is kept for as long as that worker reuses its buffer and
+#: dropped when the worker moves to a bigger one or its executor shuts down (`forget`).
+_MAPPED: dict[int, tuple[str, object]] = {}
+
+
+class HandOffLost(RuntimeError):
+    """A shared-memory reply names a buffer that is neither mapped here nor on disk any more."""
+
+
+def _pid(path: str) -> int:
+    return int(os.path.basename(path).split("-")[2])
 
 
 def receive(handle: SharedStates) -> list:
-    """Caller side: map the buffer (once; later replies reuse the mapping), view the tensors in it."""
+    """Caller side: map the worker's buffer (once; later replies reuse the mapping), view the tensors in it."""
     import torch
 
-    buf = _MAPPED.get(handle.path)
-    if buf is None or buf.numel() < handle.nbytes:
+    pid = _pid(handle.path)
+    path, buf = _MAPPED.get(pid, (None, None))
+    if path != handle.path or buf.numel() < handle.nbytes:
+        if not os.path.exists(handle.path):  # from_file would create an empty file: never read zeros as states
+            raise HandOffLost(f"{handle.path} is neither mapped by this process nor on disk")
         storage = torch.UntypedStorage.from_file(handle.path, shared=True, nbytes=handle.nbytes)
         os.unlink(handle.path)
         buf = torch.empty(0, dtype=torch.uint8).set_(storage)
-        _MAPPED[handle.path] = buf
-        while len(_MAPPED) > KEEP:
-            _MAPPED.pop(next(iter(_MAPPED)))
+        _MAPPED[pid] = (handle.path, buf)
     return [buf[off:off + n].view(_dtype(dtype)).view(shape) for dtype, shape, off, n in handle.layout]
+
+
+def forget(pids) -> None:
+    """Drop the mappings of these worker processes (their executor is shut down)."""
+    for pid in pids:
+        _MAPPED.pop(pid, None)
 
 
 def materialize(reply):

@@ -153,3 +153,24 @@ def test_attribution_names_whose_fault_a_broken_cell_is(monkeypatch):
     assert not ours_fixture.vllm_wrong and "the harness's tiny fixture is at fault" in ours_fixture.says("X")
     monkeypatch.setenv("VLLM_MLA_DISABLE", "1")
     assert wrong.says("X").endswith("(run with VLLM_MLA_DISABLE=1: this build cannot run MLA)")
+
+
+def test_shared_memory_hand_off_reuses_its_mapping_and_never_reads_a_lost_buffer(tmp_path):
+    """The worker reuses one buffer; the caller maps it once (the file is then unlinked) and keeps the mapping
+    until that worker's executor shuts down; a reply naming a buffer that is gone is an error, never zeros
+    (an earlier cache that evicted mappings read a fresh empty file: wrong states, seen in CI)."""
+    import os
+
+    import torch
+
+    from harness import transport
+
+    pub = transport.Publisher(str(tmp_path))
+    first = pub.publish([torch.arange(6, dtype=torch.float32).reshape(2, 3)])
+    assert torch.equal(transport.materialize(first)[0], torch.arange(6, dtype=torch.float32).reshape(2, 3))
+    assert not os.path.exists(first.path)  # unlinked once mapped
+    second = pub.publish([torch.full((2, 3), 7.0)])
+    assert second.path == first.path and torch.equal(transport.materialize(second)[0], torch.full((2, 3), 7.0))
+    transport.forget([os.getpid()])
+    with pytest.raises(transport.HandOffLost):
+        transport.materialize(pub.publish([torch.zeros(2, 3)]))
