@@ -1,43 +1,131 @@
-"""Where one extraction call spends its time at a 1.4B-parameter shape on CUDA, beside plain vLLM prefill.
+"""Extraction against plain vLLM prefill on one GPU at real shapes: paired throughput, per-phase profile, MFU.
 
-    python benchmarks/gpu_extraction_profile.py --out profile.json [--repeats 6] [--prompts 32] [--tokens 256]
+    python benchmarks/gpu_extraction_profile.py --shape llama1b4 --out r.json [--pairs 6] [--prompts 32]
+        [--min-tokens 256 --max-tokens 256] [--cprofile] [--host-reuse]
 
-Tiny models measure launch overhead, not throughput; this builds a random bf16 Llama of ~1.4B parameters
-(hidden 2048, 16 layers, 16 heads / 8 KV heads, head_dim 128, intermediate 11008, vocab 32000) with the
-harness's own seeded generator (no hub), then times, median and spread of N after a warm-up each:
+Tiny models measure launch overhead, not throughput. Each shape here is a random checkpoint built with the
+harness's own seeded generator (no hub; stored in bf16) on the GPU machine itself:
 
-* plain vLLM: `LLM.generate(max_tokens=1)` on the same prompts (prefix caching off, speculators' limits);
-* ours: `HarnessGenerator.generate`, split into phases by wrapping the objects speculators' loop calls:
-  `scheduler.schedule`, `executor.execute_model` (the forward with the capture, one RPC round trip),
-  `collective_rpc("_get_captured_states")` (concatenation on the worker, serialisation through the
-  executor's message queue, deserialisation here), the harness's own RPCs, and the rest (speculators'
-  slicing and `.cpu()`, our regrouping and row checks).
+* `llama1b4`: Llama, hidden 2048, 16 layers, 16 heads / 8 KV heads, intermediate 11008, vocab 32000
+  (~1.4B parameters: the shape of the performance issue's first measurement);
+* `llama8b`: Llama-3-8B's shape: hidden 4096, 32 layers, 32 heads / 8 KV heads, intermediate 14336,
+  vocab 128256;
+* `kimi-wide`: Kimi-K2.5 (KimiK25ForConditionalGeneration, language model only) at the real width: hidden
+  7168, MLA with q_lora 1536 / kv_lora 512 / qk_rope 64 / qk_nope 128 / v_head 128, 64 heads, vocab 163840,
+  first layer dense (intermediate 18432), then MoE layers (moe_intermediate 2048, top-8 of the routed experts,
+  one shared expert, noaux_tc / sigmoid). Depth and expert count are cut (`KIMI_LAYERS`, `KIMI_EXPERTS`) so
+  that both engines fit on one H200 beside each other and the checkpoint builds and loads inside one call.
 
-Needs a CUDA build of vLLM; writes a JSON report and prints a table.
+Both engines are started once, extraction (`HarnessGenerator`, speculators' own generator through the
+shims) first and then plain vLLM with the same scheduler limits (speculators': 32 sequences,
+max(8192, max_model_len) tokens a step, eager, prefix caching off); they are timed in interleaved pairs
+(`harness.bench.paired`). Each extraction call is split into phases by wrapping the objects speculators'
+loop calls (scheduler, execute_model, each RPC); "rest" is speculators' slicing and copies plus our checks.
+`--cprofile` adds the top functions of one extraction call. `--host-reuse` then repeats the pairs with the
+caller's host allocations kept for reuse (`harness.transport.reuse_host_memory`), to show its effect.
+
+MFU: model FLOPs = 2 x (non-embedding parameters active per token) x tokens + causal attention
+(per layer and prompt of s tokens: 2 x s^2 x heads x (qk_dim + v_dim) / 2 x 2, i.e. QK^T and PV, half
+masked) + the LM head on one token per prompt; divided by the call's time and by 790 TFLOP/s (the bf16
+dense rate measured on this H200).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import cProfile
+import io
 import json
+import os
+import pstats
+import random
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
-SHAPE = {
-    "description": "Random bf16 Llama of ~1.4B parameters, the shape of the performance issue's measurement.",
-    "seed": 20261202, "family": "llama",
-    "hf_config": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000,
-                  "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 16,
-                  "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu",
-                  "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
-                  "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
-                  "torch_dtype": "bfloat16"},
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+PEAK_FLOPS = 790e12  # bf16 dense, measured on the project's H200
+KIMI_LAYERS = 8
+KIMI_EXPERTS = 32
+
+LLAMA_1B4 = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000,
+             "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 16,
+             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu",
+             "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+             "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+             "torch_dtype": "bfloat16"}
+LLAMA_8B = {**LLAMA_1B4, "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "max_position_embeddings": 8192, "rope_theta": 500000.0}
+KIMI_TEXT = {"vocab_size": 163840, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+             "num_hidden_layers": KIMI_LAYERS, "first_k_dense_replace": 1, "num_attention_heads": 64,
+             "num_key_value_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+             "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": KIMI_EXPERTS, "n_shared_experts": 1,
+             "num_experts_per_tok": 8, "n_group": 1, "topk_group": 1, "torch_dtype": "bfloat16"}
 
 
-def spread(times: list[float]) -> dict:
-    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "all_s": times}
+def shape_fixture(name: str) -> dict:
+    """The fixture (as in fixtures/models/) of a benchmark shape: seeded, stored in bf16."""
+    if name in ("llama1b4", "llama8b"):
+        cfg = LLAMA_1B4 if name == "llama1b4" else LLAMA_8B
+        return {"description": f"benchmark shape {name}", "seed": 20261202, "family": "llama",
+                "store_dtype": "bfloat16", "hf_config": copy.deepcopy(cfg)}
+    if name == "kimi-wide":
+        from harness import models
+
+        fx = copy.deepcopy(models.load_fixture("tiny-kimi-k25"))
+        fx["description"] = "benchmark shape kimi-wide: Kimi-K2.5 at the real width, cut in depth and experts"
+        fx["hf_config"]["torch_dtype"] = "bfloat16"
+        fx["hf_config"]["text_config"].update(KIMI_TEXT)
+        fx["store_dtype"] = "bfloat16"
+        return fx
+    raise SystemExit(f"unknown shape {name!r} (llama1b4, llama8b, kimi-wide)")
+
+
+def flop_model(fixture: dict) -> dict:
+    """Parameters by role (from the harness's weight layout) and the per-token / per-prompt FLOP terms."""
+    from harness import models
+
+    cfg = fixture["hf_config"]
+    text = cfg.get("text_config", cfg)
+    layout = models.weight_layout(fixture["family"], cfg)
+    experts = int(text.get("n_routed_experts") or 0)
+    topk = int(text.get("num_experts_per_tok") or 0)
+    total = embed = head = active = 0
+    for name, shape, _ in layout:
+        n = 1
+        for d in shape:
+            n *= d
+        total += n
+        if "embed_tokens" in name:
+            embed += n
+        elif "lm_head" in name:
+            head += n
+        elif ".experts." in name and experts:
+            active += n * topk / experts
+        else:
+            active += n
+    heads = int(text["num_attention_heads"])
+    if "qk_nope_head_dim" in text:
+        qk = int(text["qk_nope_head_dim"]) + int(text["qk_rope_head_dim"])
+        v = int(text["v_head_dim"])
+    else:
+        qk = v = int(text.get("head_dim") or text["hidden_size"] // heads)
+    return {"params_total": total, "params_embedding": embed, "params_lm_head": head,
+            "params_active_per_token": int(active), "layers": int(text["num_hidden_layers"]), "heads": heads,
+            "qk_dim": qk, "v_dim": v}
+
+
+def call_flops(fm: dict, lengths: list[int]) -> float:
+    tokens = sum(lengths)
+    attention = sum(fm["layers"] * 2 * s * s * fm["heads"] * (fm["qk_dim"] + fm["v_dim"]) / 2 for s in lengths)
+    return 2 * fm["params_active_per_token"] * tokens + attention + 2 * fm["params_lm_head"] * len(lengths)
 
 
 class PhaseTimer:
@@ -70,91 +158,142 @@ def rpc_label(args) -> str:
     return "rpc " + method
 
 
-def prompts(n: int, length: int, vocab: int) -> list[list[int]]:
-    import random
-
+def batch(n: int, lo: int, hi: int, vocab: int) -> list[list[int]]:
     rng = random.Random(5)
-    return [[rng.randrange(4, vocab) for _ in range(length)] for _ in range(n)]
+    return [[rng.randrange(4, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
 
 
-def plain(path: str, batch, repeats: int, enforce_eager: bool) -> dict:
-    from vllm import LLM, SamplingParams
+def start_ours(model, max_model_len: int, share: float, backend: str | None):
+    from harness.generator import HarnessGenerator, options_for
 
-    from harness.bench import _shutdown
+    opts = options_for(model, dtype="bfloat16", **({"attention_backend": backend} if backend else {}))
+    return HarnessGenerator(model.path, None, max_model_len=max_model_len, gpu_memory_utilization=share, options=opts)
 
-    llm = LLM(model=path, dtype="bfloat16", max_model_len=2048, enforce_eager=enforce_eager,
-              enable_prefix_caching=False, max_num_seqs=32, max_num_batched_tokens=8192,
-              gpu_memory_utilization=0.35, seed=0)
+
+def start_plain(model, max_model_len: int, share: float, backend: str | None):
+    from vllm import EngineArgs
+
+    from harness import bench
+    from harness.generator import attention_backend_kwargs, text_only_kwargs
+
+    kwargs = {}
+    if (model.run_options or {}).get("language_model_only"):
+        kwargs.update(text_only_kwargs(EngineArgs))
+    if backend:
+        kwargs.update(attention_backend_kwargs(backend))
+    return bench.plain_llm(model.path, "bfloat16", max_model_len, gpu_memory_utilization=share,
+                           trust_remote_code=True, **kwargs)
+
+
+def shm_free() -> int:
+    return shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else 0
+
+
+def measure(args) -> dict:
+    import torch
+
+    from harness import bench, models, transport
+
+    fixture = shape_fixture(args.shape)
+    t0 = time.perf_counter()
+    model = models.build(f"bench-{args.shape}", fixture=fixture)
+    built_s = time.perf_counter() - t0
+    fm = flop_model(fixture)
+    prompts = batch(args.prompts, args.min_tokens, args.max_tokens, model.vocab_size)
+    lengths = [min(len(p), args.max_model_len - 1) for p in prompts]
+    tokens = sum(lengths)
+    flops = call_flops(fm, lengths)
+    out = {"shape": args.shape, "fixture": fixture, "flop_model": fm, "prompts": len(prompts),
+           "prompt_tokens": [args.min_tokens, args.max_tokens], "tokens": tokens, "flops_per_call": flops,
+           "peak_flops": PEAK_FLOPS, "checkpoint_build_s": built_s, "shm_free_bytes": shm_free(),
+           "gpu": torch.cuda.get_device_name(0), "max_model_len": args.max_model_len}
+    t0 = time.perf_counter()
+    backend = args.attention_backend
+    gen = start_ours(model, args.max_model_len, args.share, backend)
+    gen.__enter__()
+    llm = None
     try:
-        sp = SamplingParams(max_tokens=1, temperature=0.0)
-        reqs = [{"prompt_token_ids": p} for p in batch]
-        llm.generate(reqs, sp, use_tqdm=False)
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            llm.generate(reqs, sp, use_tqdm=False)
-            times.append(time.perf_counter() - t0)
-    finally:
-        _shutdown(llm)
-    return spread(times)
-
-
-def ours(path: str, batch, repeats: int) -> dict:
-    from harness.generator import HarnessGenerator, Options
-
-    with HarnessGenerator(path, None, max_model_len=2048, gpu_memory_utilization=0.35,
-                          options=Options(dtype="bfloat16")) as gen:
-        gen.generate(batch)
+        out["ours_start_s"] = time.perf_counter() - t0
+        sc = gen.vllm_config.scheduler_config
+        out["scheduler"] = {"max_num_seqs": sc.max_num_seqs, "max_num_batched_tokens": sc.max_num_batched_tokens}
+        out["layer_ids"] = list(gen.layer_ids)
+        t0 = time.perf_counter()
+        llm = start_plain(model, args.max_model_len, args.share, backend)
+        out["plain_start_s"] = time.perf_counter() - t0
         timer = PhaseTimer()
         timer.wrap(gen.scheduler, "schedule", "scheduler.schedule")
         timer.wrap(gen.executor_view, "execute_model", "execute_model (forward + capture)")
         timer.wrap(gen.executor_view, "collective_rpc", rpc_label)
-        times, phases = [], []
-        for _ in range(repeats):
+        phases, kept = [], {}
+
+        def ours():
             timer.totals = {}
-            t0 = time.perf_counter()
-            results = gen.generate(batch)
-            times.append(time.perf_counter() - t0)
-            phases.append(dict(timer.totals, **{"rest (slicing, .cpu(), regroup, checks)":
-                                                 times[-1] - sum(timer.totals.values())}))
-        layers = list(gen.layer_ids)
-        captured = sum(h.numel() * h.element_size() for r in results for h in r["hidden_states"])
-    median = {k: statistics.median(p.get(k, 0.0) for p in phases) for k in phases[0]}
-    return {**spread(times), "layer_ids": layers, "captured_bytes": captured, "phases_median_s": median}
+            t = time.perf_counter()
+            kept["results"] = None  # as a training loop would: the previous batch is written out and dropped
+            kept["results"] = gen.generate(prompts)
+            wall = time.perf_counter() - t
+            phases.append(dict(timer.totals, rest=wall - sum(timer.totals.values())))
+
+        plain = bench.prefill_call(llm, prompts)
+
+        def one_round(label: str) -> dict:
+            phases.clear()
+            torch.cuda.reset_peak_memory_stats()
+            r = bench.paired(plain, ours, pairs=args.pairs)
+            r["phases_median_s"] = {k: statistics.median(p.get(k, 0.0) for p in phases[1:]) for k in phases[-1]}
+            r["plain_tokens_per_s"] = tokens / r["plain_s"]["median"]
+            r["extract_tokens_per_s"] = tokens / r["extract_s"]["median"]
+            r["plain_mfu"] = flops / r["plain_s"]["median"] / PEAK_FLOPS
+            r["extract_mfu"] = flops / r["extract_s"]["median"] / PEAK_FLOPS
+            r["verdict"] = bench.verdict(r["ratio"])
+            r["shm_replies"] = gen.executor_view.collective_rpc("_harness_set_transport", args=("shm",))[0]
+            print(f"[{label}] {r['verdict']}; plain {r['plain_tokens_per_s']:.0f} tok/s (MFU "
+                  f"{r['plain_mfu']:.1%}), extraction {r['extract_tokens_per_s']:.0f} tok/s (MFU {r['extract_mfu']:.1%})")
+            for k, v in r["phases_median_s"].items():
+                print(f"    {k:45s} {v * 1e3:9.1f} ms")
+            return r
+
+        out["baseline"] = one_round("baseline")
+        res = kept["results"]
+        out["captured_bytes"] = sum(h.numel() * h.element_size() for r in res for h in r["hidden_states"])
+        out["peak_gpu_bytes_extraction_worker"] = gen.executor_view.collective_rpc("_harness_peak_memory")[0]
+        if args.cprofile:
+            prof = cProfile.Profile()
+            prof.enable()
+            gen.generate(prompts)
+            prof.disable()
+            s = io.StringIO()
+            pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(30)
+            out["cprofile_top"] = s.getvalue().splitlines()[:80]
+            print("\n".join(out["cprofile_top"][:60]))
+        if args.host_reuse:
+            out["host_reuse_applied"] = transport.reuse_host_memory()
+            out["host_reuse"] = one_round("host-reuse")
+    finally:
+        if llm is not None:
+            bench.shutdown(llm)
+        gen.__exit__(None, None, None)
+    return out
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", default="llama1b4", choices=("llama1b4", "llama8b", "kimi-wide"))
     p.add_argument("--out", required=True)
-    p.add_argument("--repeats", type=int, default=6)
+    p.add_argument("--pairs", type=int, default=6)
     p.add_argument("--prompts", type=int, default=32)
-    p.add_argument("--tokens", type=int, default=256)
+    p.add_argument("--min-tokens", type=int, default=256)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument("--share", type=float, default=0.35, help="gpu_memory_utilization of each engine")
+    p.add_argument("--attention-backend", default=None)
+    p.add_argument("--cprofile", action="store_true")
+    p.add_argument("--host-reuse", action="store_true")
     args = p.parse_args()
-    from harness import models
-
-    t0 = time.perf_counter()
-    model = models.build("bench-llama-1b4", fixture=SHAPE)
-    built_s = time.perf_counter() - t0
-    batch = prompts(args.prompts, args.tokens, SHAPE["hf_config"]["vocab_size"])
-    tokens = args.prompts * args.tokens
-    out = {"shape": SHAPE["hf_config"], "prompts": args.prompts, "tokens": tokens, "repeats": args.repeats,
-           "checkpoint_build_s": built_s}
-    out["plain_eager"] = plain(str(model.path), batch, args.repeats, True)
-    out["ours"] = ours(str(model.path), batch, args.repeats)
-    for key in ("plain_eager", "ours"):
-        out[key]["tokens_per_s"] = tokens / out[key]["median_s"]
-    out["ratio_ours_over_plain_eager"] = out["ours"]["tokens_per_s"] / out["plain_eager"]["tokens_per_s"]
-    with open(args.out, "w") as fh:
-        json.dump(out, fh, indent=2)
-    print(f"{tokens} tokens ({args.prompts} x {args.tokens}), median of {args.repeats}:")
-    for key in ("plain_eager", "ours"):
-        r = out[key]
-        print(f"  {key:12s} {r['median_s'] * 1e3:8.1f} ms (min {r['min_s'] * 1e3:.1f}, max {r['max_s'] * 1e3:.1f}) "
-              f"{r['tokens_per_s']:10.0f} tok/s")
-    print(f"  ratio ours / plain (eager): {out['ratio_ours_over_plain_eager']:.3f}; captured "
-          f"{out['ours']['captured_bytes'] / 2**20:.0f} MiB, layers {out['ours']['layer_ids']}")
-    for name, s in out["ours"]["phases_median_s"].items():
-        print(f"    {name:45s} {s * 1e3:8.1f} ms")
+    out = measure(args)
+    out["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                                        "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     return 0
 
 

@@ -75,14 +75,14 @@ def plain_vllm_logprobs(model, prompts: list[list[int]], max_model_len: int = 51
     """Per prompt, the logprob plain vLLM gives each prompt token after the first."""
     from vllm import LLM, SamplingParams
 
-    from harness.bench import _shutdown
+    from harness.bench import shutdown
 
     llm = LLM(**_engine_kwargs(model, max_model_len))
     try:
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
                             SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0), use_tqdm=False)
     finally:
-        _shutdown(llm)
+        shutdown(llm)
     return [[lp[tok].logprob for lp, tok in zip(o.prompt_logprobs[1:], p[1:])] for o, p in zip(outs, prompts)]
 
 

@@ -145,11 +145,11 @@ def cmd_matrix(args) -> int:
 def cmd_bench(args) -> int:
     from harness import bench
 
-    result = bench.run(args.model, repeats=args.repeats)
+    result = bench.run(args.model, pairs=args.pairs)
     path = bench.write(args.env, result, Path(args.report_dir))
-    print(f"harness bench: {result['model']}: extraction {result['extract_tokens_per_s']:.0f} tok/s, prefill "
-          f"{result['prefill_tokens_per_s']:.0f} tok/s, ratio {result['ratio']:.2f} ({result['tokens']} tokens, "
-          f"best of {result['repeats']}) -> {path}")
+    print(f"harness bench: {result['model']}, {result['tokens']} tokens: {result['verdict']}; extraction "
+          f"{result['extract_tokens_per_s']:.0f} tok/s, prefill {result['prefill_tokens_per_s']:.0f} tok/s (medians) "
+          f"-> {path}")
     return 0
 
 
@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="extraction vs plain prefill throughput (writes reports/<env>.bench.json)")
     b.add_argument("--env", default=os.environ.get("HARNESS_ENV", "local"))
     b.add_argument("--model", default="tiny-llama")
-    b.add_argument("--repeats", type=int, default=3)
+    b.add_argument("--pairs", type=int, default=5, help="interleaved plain/extraction pairs after a warm-up (>= 1)")
     b.add_argument("--report-dir", default=str(REPO_ROOT / "reports"))
     b.set_defaults(fn=cmd_bench)
     sub.add_parser("tox-envs", help="print tox.ini's matrix section, rendered from fixtures/envs/matrix.toml"

@@ -167,6 +167,16 @@ def _row_order(item):
     return (key.startswith("e2e["), key)
 
 
+def bench_cell(b: dict | None) -> str:
+    """A benchmark as a cell: the paired median ratio and its min-max, or a single measurement marked so."""
+    if not b:
+        return "—"
+    if isinstance(b.get("ratio"), dict):
+        r = b["ratio"]
+        return f"{r['median']:.2f} ({r['min']:.2f}–{r['max']:.2f})"
+    return f"{b['ratio']:.2f} (single, unpaired)"
+
+
 def to_markdown(m: dict) -> str:
     cols = m["columns"]
     head = "| contract | " + " | ".join(c["version"] for c in cols) + " |"
@@ -183,8 +193,7 @@ def to_markdown(m: dict) -> str:
               "| wall s | " + " | ".join(str(c.get("wall_s", "—")) for c in cols) + " |"]
     bench = [c for c in cols if c.get("benchmark")]
     if bench:
-        lines.append("| throughput ratio | " + " | ".join(
-            f"{c['benchmark']['ratio']:.2f}" if c.get("benchmark") else "—" for c in cols) + " |")
+        lines.append("| extraction / prefill | " + " | ".join(bench_cell(c.get("benchmark")) for c in cols) + " |")
     if any(PROOF_MARK in _short(cell) for cells in m["rows"].values() for cell in cells.values()):
         lines += ["", f"{PROOF_MARK} shimmed, but the run did not prove the shim needed and sufficient."]
     partial = [c for c in cols if c["status"] == "incomplete"]
@@ -242,8 +251,8 @@ def to_html(m: dict) -> str:
                        f"<div>{esc(detail)}</div></details></td>")
         out.append("</tr>")
     out.append("<tr><th>wall s</th>" + "".join(f"<td>{esc(str(c.get('wall_s', '—')))}</td>" for c in cols) + "</tr>")
-    out.append("<tr><th>throughput ratio</th>" + "".join(
-        f"<td>{c['benchmark']['ratio']:.2f}</td>" if c.get("benchmark") else "<td>—</td>" for c in cols) + "</tr>")
+    out.append("<tr><th>extraction / prefill</th>" + "".join(
+        f"<td>{esc(bench_cell(c.get('benchmark')))}</td>" for c in cols) + "</tr>")
     out.append("</table></body></html>\n")
     return "".join(out)
 

@@ -10,16 +10,7 @@ set -uo pipefail
 TP="${1:-1}"
 MODELS="${2:-kimi llama}"  # which of the two tiny models to run; "native" adds the native-export cross-check
 # NATIVE_MODELS="tiny-llama:240 tiny-deepseek-v3:170": models[:timeout s] for suites/native (float32, our generator vs vLLM's export)
-SITE=/tmp/site
-PY="${PY:-/opt/torch/.venv/bin/python3}"
-OUT="${OUT:-/tmp/out}"
-mkdir -p "$OUT/gpu"
-[ -d "$SITE/pydantic" ] || { echo "part 1 is not installed in $SITE (a fresh machine): run call 1 again"; exit 3; }
-bash .gpu-part2/install_part2.sh > "$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; exit 4; }
-"$PY" -m pip install -q --upgrade --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl || exit 5
-export PYTHONPATH="$SITE:$PWD" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
-export VLLM_WORKER_MULTIPROC_METHOD=spawn NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export HARNESS_CACHE_DIR=/tmp/harness-models
+. suites/gpu/h200_env.sh
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
 paths=$("$PY" -c "from harness import models; print(models.build('tiny-kimi-k25').path, models.build('tiny-llama').path)") || exit 6
 read -r KIMI LLAMA <<< "$paths"

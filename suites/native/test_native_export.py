@@ -28,19 +28,18 @@ Where this vLLM has no native path (< 0.17), or it does not run on this platform
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import dataclass, field
 
 import pytest
 
-from harness import contracts
+from harness import bench, contracts
 from harness import native_export as nx
 from harness.contracts.base import Attempt, Observation
 from harness.pytest_plugin import check_expected, not_applicable
 
 TOL = 1e-5
 UNMAPPED_MIN = 1e-2
-REPEATS = 3
+REPEATS = 5
 GPU_SHARE = 0.1  # of the card, per native engine on CUDA
 
 
@@ -380,36 +379,33 @@ def test_unmapped_ids_disagree(name, natives, record_e2e):
 
 
 # -- throughput -----------------------------------------------------------------------------------------------
-def _best(fn, repeats: int = REPEATS) -> tuple[float, list[float], object]:
-    """Best time of `repeats` calls after a warm-up, every time, and the last call's result."""
-    fn()  # warm-up
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), times, out
-
-
 @pytest.mark.parametrize("name", contracts.E2E_MODELS)
 def test_throughput_ratio(name, natives, record_e2e):
-    """Ours vs the native path on the same prompts and layers, best of 3 after a warm-up each.
-
-    The native side's time includes reading the files back (what a user must do to get tensors).
-    """
+    """Ours vs the native path on the same prompts and layers, interleaved pairs after a warm-up each
+    (`harness.bench.paired`). The native side's time includes reading the files back (what a user must do to
+    get tensors)."""
     nr = natives(name)
     _need(nr, record_e2e, "throughput: ours / native (tokens/s)")
     _need_ours(nr, record_e2e, "throughput: ours / native (tokens/s)")
     prompts = prompts_for(nr.model.vocab_size)
     tokens = sum(map(len, prompts))
-    ours_s, ours_all, ours_out = _best(lambda: nr.ours.generator.generate(prompts))
-    native_s, native_all, native_out = _best(lambda: nr.exporter.extract(prompts))
-    ratio = native_s / ours_s
+    outs = {}
+
+    def ours():
+        outs["ours"] = nr.ours.generator.generate(prompts)
+
+    def native():
+        outs["native"] = nr.exporter.extract(prompts)
+
+    result = bench.paired(native, ours, pairs=REPEATS)
     # A measurement, not a check (speed is reported, never asserted): its record says "measured", and the
     # test holds only what makes the figure meaningful: both timed calls returned every prompt's tokens.
-    assert [len(r["input_ids"]) for r in ours_out] == [len(p) for p in prompts], "ours lost prompts while timed"
-    assert [len(e.token_ids) for e in native_out] == [len(p) for p in prompts], "native lost prompts while timed"
+    assert [len(r["input_ids"]) for r in outs["ours"]] == [len(p) for p in prompts], "ours lost prompts while timed"
+    assert [len(e.token_ids) for e in outs["native"]] == [len(p) for p in prompts], "native lost prompts while timed"
+    r = result["ratio"]
     record_e2e(f"native:{name}", "throughput: ours / native (tokens/s)", "measured",
-               f"ratio {ratio:.2f} (ours {tokens / ours_s:.0f} tok/s, native {tokens / native_s:.0f} tok/s incl. file "
-               f"reads; {len(prompts)} prompts, {tokens} tokens, {len(nr.layer_ids)} layers, best of {REPEATS})",
-               ratio=ratio, ours_s=ours_s, native_s=native_s, ours_all_s=ours_all, native_all_s=native_all, tokens=tokens)
+               f"ratio {r['median']:.2f} (min {r['min']:.2f}, max {r['max']:.2f}; median of {REPEATS} interleaved pairs; "
+               f"ours {tokens / result['extract_s']['median']:.0f} tok/s, native "
+               f"{tokens / result['plain_s']['median']:.0f} tok/s incl. file reads; {len(prompts)} prompts, {tokens} "
+               f"tokens, {len(nr.layer_ids)} layers)", ratio=r["median"], ratio_min=r["min"], ratio_max=r["max"],
+               ours_s=result["extract_s"]["all"], native_s=result["plain_s"]["all"], tokens=tokens)
