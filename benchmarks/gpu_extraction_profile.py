@@ -1,7 +1,7 @@
 """Extraction against plain vLLM prefill on one GPU at real shapes: paired throughput, per-phase profile, MFU.
 
     python benchmarks/gpu_extraction_profile.py --shape llama1b4 --out r.json [--pairs 6] [--prompts 32]
-        [--min-tokens 256 --max-tokens 256] [--cprofile] [--host-reuse]
+        [--min-tokens 256 --max-tokens 256] [--cprofile] [--before]
 
 Tiny models measure launch overhead, not throughput. Each shape here is a random checkpoint built with the
 harness's own seeded generator (no hub; stored in bf16) on the GPU machine itself:
@@ -21,8 +21,9 @@ shims) first and then plain vLLM with the same scheduler limits (speculators': 3
 max(8192, max_model_len) tokens a step, eager, prefix caching off); they are timed in interleaved pairs
 (`harness.bench.paired`). Each extraction call is split into phases by wrapping the objects speculators'
 loop calls (scheduler, execute_model, each RPC); "rest" is speculators' slicing and copies plus our checks.
-`--cprofile` adds the top functions of one extraction call. `--host-reuse` then repeats the pairs with the
-caller's host allocations kept for reuse (`harness.transport.reuse_host_memory`), to show its effect.
+`--cprofile` adds the top functions of one extraction call. `--before` first times the pairs with the
+unoptimised copy-out (`harness.transport.CopyOut(enabled=False)`: speculators' per-prompt copies on the one
+torch thread vLLM leaves the caller, into fresh pages), then as shipped.
 
 MFU: model FLOPs = 2 x (non-embedding parameters active per token) x tokens + causal attention
 (per layer and prompt of s tokens: 2 x s^2 x heads x (qk_dim + v_dim) / 2 x 2, i.e. QK^T and PV, half
@@ -253,10 +254,15 @@ def measure(args) -> dict:
                 print(f"    {k:45s} {v * 1e3:9.1f} ms")
             return r
 
-        out["baseline"] = one_round("baseline")
+        if args.before:  # the copy-out as it was before harness.transport.CopyOut (this process, first)
+            gen.copy_out = transport.CopyOut(enabled=False)
+            out["before"] = one_round("before: copy-out on vLLM's 1 thread, fresh pages")
+            gen.copy_out = transport.CopyOut()
+        out["shipped"] = one_round("as shipped")
         res = kept["results"]
         out["captured_bytes"] = sum(h.numel() * h.element_size() for r in res for h in r["hidden_states"])
         out["peak_gpu_bytes_extraction_worker"] = gen.executor_view.collective_rpc("_harness_peak_memory")[0]
+        out["torch_threads_outside_generate"] = torch.get_num_threads()
         if args.cprofile:
             prof = cProfile.Profile()
             prof.enable()
@@ -265,10 +271,7 @@ def measure(args) -> dict:
             s = io.StringIO()
             pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(30)
             out["cprofile_top"] = s.getvalue().splitlines()[:80]
-            print("\n".join(out["cprofile_top"][:60]))
-        if args.host_reuse:
-            out["host_reuse_applied"] = transport.reuse_host_memory()
-            out["host_reuse"] = one_round("host-reuse")
+            print("\n".join(out["cprofile_top"][:45]))
     finally:
         if llm is not None:
             bench.shutdown(llm)
@@ -288,7 +291,7 @@ def main() -> int:
     p.add_argument("--share", type=float, default=0.35, help="gpu_memory_utilization of each engine")
     p.add_argument("--attention-backend", default=None)
     p.add_argument("--cprofile", action="store_true")
-    p.add_argument("--host-reuse", action="store_true")
+    p.add_argument("--before", action="store_true", help="first time the unoptimised copy-out (CopyOut off)")
     args = p.parse_args()
     out = measure(args)
     out["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",

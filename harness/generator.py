@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import transport
 from harness.contracts import chunkedprefill, driver_contracts, kv_layout
 from harness.contracts.kv_helpers import install_import_aliases
 from harness.contracts.speculators_import import apply_import
@@ -253,6 +254,7 @@ class HarnessGenerator:
             raise
         self.layer_ids = list(self.spec.layer_ids)
         self.max_model_len = int(self.spec.vllm_config.model_config.max_model_len)
+        self.copy_out = transport.CopyOut()  # speculators' per-prompt copies: every core, reused memory
 
     # -- the objects the contracts probe ----------------------------------------------------------
     @property
@@ -282,7 +284,8 @@ class HarnessGenerator:
         guard = getattr(self.spec.scheduler, chunkedprefill.GUARD, None)
         if guard is not None:
             guard.arrivals.clear()
-        results = self.spec.generate(prompts)
+        with self.copy_out():
+            results = self.spec.generate(prompts)
         if guard is not None and guard.enabled:  # C-chunkedprefill: each prompt gets its own rows
             segments = self.executor_view.collective_rpc("_harness_take_segments")[0]  # rank 0 captures
             if chunkedprefill.regroup(results, segments, list(guard.arrivals)):
@@ -325,13 +328,16 @@ class HarnessGenerator:
                 raise HarnessInputError(f"prompt {i} must be a list of ints, got {type(p).__name__} {str(p)[:40]!r}")
             if not p:
                 raise HarnessInputError(f"prompt {i} is empty")
-            wrong = [t for t in p if not _is_int(t)]
-            if wrong:
-                raise HarnessInputError(f"prompt {i} has token ids that are not ints: {wrong[:5]!r} "
-                                        f"({', '.join(sorted({type(t).__name__ for t in wrong}))})")
-            p = [int(t) for t in p]
-            bad = [t for t in p if not 0 <= t < self.vocab_size]
-            if bad:
+            if not isinstance(p, list):
+                p = list(p)
+            if not all(type(t) is int for t in p):  # fast path for plain ints (a bool's type is not int)
+                wrong = [t for t in p if not _is_int(t)]
+                if wrong:
+                    raise HarnessInputError(f"prompt {i} has token ids that are not ints: {wrong[:5]!r} "
+                                            f"({', '.join(sorted({type(t).__name__ for t in wrong}))})")
+                p = [int(t) for t in p]
+            if min(p) < 0 or max(p) >= self.vocab_size:
+                bad = [t for t in p if not 0 <= t < self.vocab_size]
                 raise HarnessInputError(
                     f"prompt {i} has token ids outside the vocabulary [0, {self.vocab_size}): {bad[:5]}")
             if len(p) > self.max_model_len - 1:
