@@ -59,6 +59,7 @@ class ExecutorView:
         self._lock = threading.Lock()
         self._closed = False
         self.died: str | None = None  # set once a worker is found dead; every later call raises WorkerDied
+        self.before_states = None  # called before speculators fetches the captured states (set by the generator)
         # Behavioural detection: ask rank 0 to echo a marker and look at what comes back.
         reply = self._rpc(echo, args=("marker",), unique_reply_rank=0)
         self.single_reply = reply == "marker"
@@ -67,6 +68,8 @@ class ExecutorView:
     # -- the two executor shims ---------------------------------------------------------------
     def collective_rpc(self, method: Any, timeout: float | None = None, args: tuple = (), kwargs: dict | None = None,
                        non_block: bool = False, unique_reply_rank: int | None = None, **extra: Any) -> Any:
+        if method == transport.METHOD and self.before_states is not None:
+            self.before_states()  # C-chunkedprefill: the workers learn the request order first
         out = self._rpc(method, timeout=timeout, args=args, kwargs=kwargs, non_block=non_block,
                         unique_reply_rank=unique_reply_rank, **extra)
         if method == transport.METHOD:  # the captured states may come as a shared-memory file

@@ -254,7 +254,8 @@ class HarnessGenerator:
             raise
         self.layer_ids = list(self.spec.layer_ids)
         self.max_model_len = int(self.spec.vllm_config.model_config.max_model_len)
-        self.copy_out = transport.CopyOut()  # speculators' per-prompt copies: every core, reused memory
+        self.copy_out = transport.CopyOut()  # speculators' per-prompt copies into reused host memory
+        chunkedprefill.attach(self.executor_view, self.spec.scheduler)
 
     # -- the objects the contracts probe ----------------------------------------------------------
     @property
@@ -286,10 +287,6 @@ class HarnessGenerator:
             guard.arrivals.clear()
         with self.copy_out():
             results = self.spec.generate(prompts)
-        if guard is not None and guard.enabled:  # C-chunkedprefill: each prompt gets its own rows
-            segments = self.executor_view.collective_rpc("_harness_take_segments")[0]  # rank 0 captures
-            if chunkedprefill.regroup(results, segments, list(guard.arrivals)):
-                guard.regrouped += 1
         # speculators captures each distinct layer once, in stack order (a set in the worker); give the
         # user one tensor per requested id, in the order requested.
         order = sorted(set(self.layer_ids))

@@ -33,7 +33,6 @@ import fcntl
 import os
 import re
 import shutil
-import sys
 import tempfile
 import time
 import typing
@@ -42,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import fdio
 from harness.contracts.base import Attempt, Contract, Observation, summarize
 
 def _native_contract(id: str, assumes: str, native_says: str = "holds on this vLLM") -> Contract:
@@ -453,27 +453,10 @@ def root_cause(log: str) -> str | None:
 
 @contextmanager
 def _engine_output_to(log_path: Path):
-    """Send this process's fds 1 and 2 to `log_path` while vLLM starts its engine and workers.
-
-    The child processes inherit the descriptors, so their tracebacks (vLLM logs them to stdout)
-    land in the file for `root_cause` to read, for as long as they live; this process's own
-    Python-level output is unaffected under pytest, whose capture holds its own streams.
-    """
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - a closed stream must not stop the run
-            pass
-    saved = {fd: os.dup(fd) for fd in (1, 2)}
-    with open(log_path, "ab", buffering=0) as fh:
-        try:
-            for fd in saved:
-                os.dup2(fh.fileno(), fd)
-            yield
-        finally:
-            for fd, copy in saved.items():
-                os.dup2(copy, fd)
-                os.close(copy)
+    """Send this process's fds 1 and 2 to `log_path` while vLLM starts its engine and workers: the children
+    inherit them, so their tracebacks (vLLM logs them to stdout) land in the file for `root_cause` to read."""
+    with open(log_path, "ab", buffering=0) as fh, fdio.fds_to(fh):
+        yield
 
 
 class NativeExporter:

@@ -163,15 +163,14 @@ def reuse_host_memory() -> bool:
 
 class CopyOut:
     """How the caller copies each prompt's rows out of the hand-off buffer (speculators' `.clone()` per prompt
-    and layer, in the caller's process), used around every `generate`.
+    and layer, in the caller's process), used around every `generate`: into reused host memory
+    (`reuse_host_memory`), not fresh pages.
 
-    Two things made that copy the largest cost after the forward (one H200, vLLM 0.20, the 1.4B shape of
-    `benchmarks/gpu_extraction_profile.py`: 89 ms of a 145 ms call against a 42 ms forward): on CUDA, vLLM's
-    multiproc executor sets torch to one thread in the process that starts it (`set_multiprocessing_worker_envs`:
-    "Reducing Torch parallelism ... to 1"), so the copy ran on one core; and each copy faulted in fresh pages.
-    While speculators copies, torch may use every core this process is allowed (the workers are idle then;
-    the count vLLM chose is restored afterwards), and host memory is reused (`reuse_host_memory`). The bytes
-    copied are the same; `enabled=False` gives the unoptimised copy (the benchmark's "before").
+    Measured on one H200 (vLLM 0.20, the 1.4B shape of `benchmarks/gpu_extraction_profile.py`, 128 MiB a
+    call): the time after the forward went from 89 ms to 33 ms of a call whose forward takes 42 ms. More torch
+    threads for the copy were tried and were slower (1.0 s instead of 0.2 s for the 128 copies): vLLM's
+    multiproc executor sets the caller to one thread on CUDA, and its workers busy-poll cores that the extra
+    threads then wait for. `enabled=False` gives the unoptimised copy (the benchmark's "before").
     """
 
     def __init__(self, enabled: bool = True):
@@ -180,19 +179,6 @@ class CopyOut:
 
     @contextmanager
     def __call__(self):
-        if not self.enabled:
-            yield
-            return
-        import torch
-
-        if not self.reusing:
+        if self.enabled and not self.reusing:
             self.reusing = reuse_host_memory()
-        before = torch.get_num_threads()
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        if cores > before:
-            torch.set_num_threads(cores)
-        try:
-            yield
-        finally:
-            if torch.get_num_threads() != before:
-                torch.set_num_threads(before)
+        yield

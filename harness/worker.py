@@ -112,15 +112,18 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
 
     _harness_captures: int = 0
 
-    def _harness_take_segments(self) -> list:
-        return chunkedprefill.take_segments(self)
+    def _harness_set_arrivals(self, arrivals) -> None:
+        chunkedprefill.set_arrivals(self, arrivals)
+
+    def _harness_reordered(self) -> int:
+        return chunkedprefill.reordered(self)
 
     _harness_transport: str = "shm"
     _harness_publisher = None
 
     def _get_captured_states(self):
         """speculators' states, handed over through shared memory where there is room (harness.transport)."""
-        states = super()._get_captured_states()
+        states = chunkedprefill.in_request_order(self, super()._get_captured_states())  # C-chunkedprefill
         if not states or self._harness_transport != "shm":
             return states
         if self._harness_publisher is None:

@@ -19,8 +19,9 @@ Shim, two halves. Driver: speculators' scheduler finishes only requests whose pr
 stays running and the next step schedules its next chunk; the order requests were added in is recorded.
 Worker: each forward's requests, in the runner's batch order, with their scheduled token counts (a request
 kept running keeps its slot while new requests fill the slots below it, so its later chunk is captured
-after rows of later requests). After speculators' generate, the harness regroups the rows per request in
-the order they were added and slices them again (`regroup`). The row check alone cannot see a reordering
+after rows of later requests). When speculators fetches the states, the driver first sends the order the
+requests were added in (`set_arrivals`), and the worker regroups the rows per request on the device before
+they leave it (`in_request_order`), so that speculators' own slicing is right. The row check alone cannot see a reordering
 (the counts match); the probe compares rows with the same prompts extracted on their own, the end-to-end
 suite with transformers.
 """
@@ -49,7 +50,6 @@ class PrefillGuard:
         self.enabled = True
         self.kept = 0  # finish calls held back for a request mid-prefill (the shim engaged)
         self.cut = 0  # requests finished mid-prefill while the guard was off (what speculators alone does)
-        self.regrouped = 0  # generate() calls whose rows had to be regrouped into request order
         self.arrivals: list[str] = []  # request ids in the order speculators added them (since the last take)
         self._finish = scheduler.finish_requests
         self._add = scheduler.add_request
@@ -108,41 +108,64 @@ def apply_worker(worker) -> None:
     worker._harness_segments_recorded = True
 
 
-def take_segments(worker) -> list:
-    """RPC body: the recorded [(request id, rows)] per forward since the last call, emptied."""
-    out, worker._harness_segments = getattr(worker, "_harness_segments", []), []
-    return out
+def attach(view, scheduler) -> None:
+    """Driver side: before speculators fetches the states, tell the workers the order of this batch's requests
+    (only while the guard is on: the proof's unshimmed run must see speculators' own slicing)."""
+    guard = getattr(scheduler, GUARD, None)
+    if guard is not None:
+        view.before_states = lambda: view.collective_rpc(
+            "_harness_set_arrivals", args=(list(guard.arrivals) if guard.enabled else None,))
+
+
+def set_arrivals(worker, arrivals: list[str] | None) -> None:
+    """RPC body, sent by the driver just before speculators fetches the states: the order speculators added
+    this batch's requests in (None: leave the rows as captured, the shim is off)."""
+    worker._harness_arrivals = list(arrivals) if arrivals is not None else None
 
 
 def reset(worker) -> None:
     worker._harness_segments = []
+    worker._harness_arrivals = None
 
 
-def regroup(results: list[dict], segments: list, arrivals: list[str]) -> bool:
-    """Give each result the rows of its own request: undo speculators' slicing (contiguous, in result order)
-    to the capture order, regroup by request in arrival order (results are in arrival order), slice again.
-    In place; returns whether anything moved. Does nothing where the records do not cover the rows."""
+def request_ranges(segments: list, arrivals: list[str], total: int) -> list[tuple[int, int]] | None:
+    """The (start, rows) ranges of the captured rows, in arrival order of their requests; None where nothing
+    needs to move or the records do not cover the `total` rows (the row check then says what is wrong)."""
+    flat = [seg for step in segments for seg in step]
+    if not flat or sum(n for _, n in flat) != total:
+        return None
+    chunks: dict[str, list[tuple[int, int]]] = {}
+    offset = 0
+    for req_id, n in flat:
+        chunks.setdefault(req_id, []).append((offset, n))
+        offset += n
+    if set(chunks) != set(arrivals) or len(chunks) != len(arrivals):
+        return None
+    ranges = [r for req in arrivals for r in chunks[req]]
+    starts = [start for start, _ in ranges]
+    return None if starts == sorted(starts) else ranges
+
+
+def in_request_order(worker, states: list) -> list:
+    """Worker side, before the states leave the device: the captured rows regrouped per request, in the order
+    speculators added the requests, so that its contiguous slicing gives each prompt its own rows. A gather
+    on the device (a copy of the captured bytes at device bandwidth); the host sees each byte once."""
     import torch
 
-    flat = [seg for step in segments for seg in step]
-    total = sum(int(r["hidden_states"][0].shape[0]) for r in results) if results else 0
-    if not flat or sum(n for _, n in flat) != total or len(arrivals) != len(results):
-        return False
-    chunks, offset = {}, 0
-    for req_id, n in flat:
-        chunks.setdefault(req_id, []).append(torch.arange(offset, offset + n))
-        offset += n
-    if set(chunks) != set(arrivals):
-        return False
-    index = torch.cat([torch.cat(chunks[r]) for r in arrivals])
-    if torch.equal(index, torch.arange(total)):
-        return False
-    lengths = [int(r["hidden_states"][0].shape[0]) for r in results]
-    for layer in range(len(results[0]["hidden_states"])):
-        captured = torch.cat([r["hidden_states"][layer] for r in results])
-        for r, part in zip(results, captured.index_select(0, index).split(lengths)):
-            r["hidden_states"][layer] = part.clone()
-    return True
+    arrivals, segments = getattr(worker, "_harness_arrivals", None), getattr(worker, "_harness_segments", [])
+    worker._harness_segments, worker._harness_arrivals = [], None
+    if not arrivals or not states:
+        return states
+    ranges = request_ranges(segments, arrivals, int(states[0].shape[0]))
+    if ranges is None:
+        return states
+    worker._harness_reorder_count = getattr(worker, "_harness_reorder_count", 0) + 1
+    return [torch.cat([h[start:start + n] for start, n in ranges]) for h in states]
+
+
+def reordered(worker) -> int:
+    """RPC body: how many batches this worker has regrouped so far."""
+    return getattr(worker, "_harness_reorder_count", 0)
 
 
 def straddling_batch(budget: int, vocab: int) -> list[list[int]]:
@@ -202,7 +225,8 @@ def probe(ctx) -> Observation:
                            None, facts)
     batch = straddling_batch(facts["max_num_batched_tokens"], ctx.model.vocab_size)
     facts["batch"] = f"{len(batch)} prompts x {PROMPT_TOKENS} tokens = {len(batch) * PROMPT_TOKENS} tokens"
-    guard.enabled, cut_before, kept_before, regrouped_before = False, guard.cut, guard.kept, guard.regrouped
+    regrouped = lambda: gen.executor_view.collective_rpc("_harness_reordered")[0]  # noqa: E731 - rank 0 captures
+    guard.enabled, cut_before, kept_before, regrouped_before = False, guard.cut, guard.kept, regrouped()
     try:
         unshimmed, _ = Attempt.run(lambda: in_order(gen, batch))
     finally:
@@ -212,6 +236,6 @@ def probe(ctx) -> Observation:
     if not unshimmed.ok:
         shimmed, _ = Attempt.run(lambda: in_order(gen, batch))
         facts["kept_running_shimmed"] = guard.kept - kept_before
-        facts["regrouped_shimmed"] = guard.regrouped - regrouped_before
-    facts["shim_selected"] = guard.kept - kept_before > 0 or guard.regrouped - regrouped_before > 0
+        facts["regrouped_shimmed"] = regrouped() - regrouped_before
+    facts["shim_selected"] = guard.kept - kept_before > 0 or regrouped() - regrouped_before > 0
     return Observation(CONTRACT, unshimmed, shimmed, facts)

@@ -16,7 +16,7 @@ import tempfile
 
 import pytest
 
-from harness import contracts
+from harness import contracts, fdio
 from harness.contracts.base import Attempt, Outcome
 from harness.pytest_plugin import not_applicable
 from harness.report import PROOF_FAILED, PROOF_NA, PROOF_NEEDED, PROOF_NOT_NEEDED
@@ -115,16 +115,11 @@ def _start_with_mla_on(model) -> Attempt:
 
     saved_env = os.environ.pop(mla.ENV, None)
     with tempfile.TemporaryFile(mode="w+") as log:
-        saved = {fd: os.dup(fd) for fd in (1, 2)}
-        for fd in saved:
-            os.dup2(log.fileno(), fd)
         try:
-            start, gen = Attempt.run(lambda: HarnessGenerator(model.path, [1], max_model_len=256,
-                                                              options=options_for(model, dtype="float32")))
+            with fdio.fds_to(log):
+                start, gen = Attempt.run(lambda: HarnessGenerator(model.path, [1], max_model_len=256,
+                                                                  options=options_for(model, dtype="float32")))
         finally:
-            for fd, copy in saved.items():
-                os.dup2(copy, fd)
-                os.close(copy)
             if saved_env is not None:
                 os.environ[mla.ENV] = saved_env
         if gen is not None:
