@@ -205,9 +205,25 @@ class _Collector:
         self.collected: list[str] = []
         self.deselected = 0
         self.interrupted: str | None = None
+        self.durations: dict[str, float] = {}  # per test: setup + call + teardown
 
 
 _COLLECTOR = _Collector()
+
+
+def _timings(col: _Collector) -> dict:
+    """Where the session's time went: the slowest tests, the shim proofs, the generator start-ups."""
+    import statistics
+
+    from harness.generator import START_SECONDS
+
+    slowest = sorted(col.durations.items(), key=lambda kv: -kv[1])[:15]
+    starts = list(START_SECONDS)
+    return {"session_s": round(time.time() - col.started, 1),
+            "proofs_s": round(sum(v for k, v in col.durations.items() if "test_shim_proofs" in k), 1),
+            "generator_starts": {"count": len(starts), "total_s": round(sum(starts), 1),
+                                 "median_s": round(statistics.median(starts), 2) if starts else 0.0},
+            "slowest": [[k, round(v, 1)] for k, v in slowest]}
 
 
 def _tier(nodeid: str) -> str:
@@ -220,6 +236,7 @@ def pytest_runtest_logreport(report):
     col = _COLLECTOR
     t = col.tiers.setdefault(_tier(report.nodeid), {"tests": 0, "passed": 0, "failed": 0, "skipped": 0, "wall_s": 0.0})
     t["wall_s"] += getattr(report, "duration", 0.0)
+    col.durations[report.nodeid] = col.durations.get(report.nodeid, 0.0) + getattr(report, "duration", 0.0)
     # Properties are read once per test: from its call, or from its setup when the test never ran.
     if report.when == "call" or (report.when == "setup" and not report.passed):
         for name, value in report.user_properties:
@@ -386,7 +403,8 @@ def pytest_sessionfinish(session, exitstatus):
     rows = list(col.observations.values())
     _attach_proofs(rows, col.proofs)
     rep = build(config.getoption("--harness-env"), col.meta, rows, col.e2e, tiers, col.tests, stale, not_observed,
-                exp_file, col.notes, selection=_selection(config, col), skips=col.skips, interrupted=col.interrupted)
+                exp_file, col.notes, selection=_selection(config, col), skips=col.skips, interrupted=col.interrupted,
+                timings=_timings(col))
     global LAST_REPORT
     LAST_REPORT = rep
     j, m = _write_report(rep, Path(config.getoption("--harness-report-dir")))

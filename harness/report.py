@@ -95,7 +95,8 @@ PROOF_NOT_RUN = "not run"  # the contract has a proof, but this run did not run 
 
 def build(env: str, meta: dict, contracts: list[dict], e2e: list[dict], tiers: dict, tests: dict,
           stale: list[str], not_observed: list[str], expectations_file: str | None, notes: list[str],
-          selection: dict | None = None, skips: list[dict] | None = None, interrupted: str | None = None) -> dict:
+          selection: dict | None = None, skips: list[dict] | None = None, interrupted: str | None = None,
+          timings: dict | None = None) -> dict:
     mismatched = [c["contract"] for c in contracts if c.get("expected") and c["expected"] != c["outcome"]]
     unexpected = [c["contract"] for c in contracts if not c.get("expected")]
     rep = {
@@ -106,7 +107,7 @@ def build(env: str, meta: dict, contracts: list[dict], e2e: list[dict], tiers: d
         "contracts": sorted(contracts, key=lambda c: c["contract"]),
         "mismatched": mismatched, "unexpected": unexpected, "stale_expectations": stale, "not_observed": not_observed,
         "e2e": e2e, "tiers": tiers, "tests": tests, "selection": selection, "skips": skips or [],
-        "interrupted": interrupted, "notes": notes,
+        "interrupted": interrupted, "notes": notes, "timings": timings or {},
     }
     rep["status"], rep["incomplete"] = judge(rep)
     rep["complete_run"] = complete_run(rep)
@@ -157,6 +158,14 @@ def markdown(rep: dict) -> str:
                   "|---|---|---|---|---|---|"]
         for name, t in sorted(rep["tiers"].items()):
             lines.append(f"| {name} | {t['tests']} | {t['passed']} | {t['failed']} | {t['skipped']} | {t['wall_s']:.1f} |")
+    tm = rep.get("timings") or {}
+    if tm.get("slowest"):
+        starts = tm.get("generator_starts", {})
+        lines += ["", "## Where the time went", "",
+                  f"Whole session {tm.get('session_s', 0):.0f} s; shim proofs {tm.get('proofs_s', 0):.0f} s; "
+                  f"{starts.get('count', 0)} generator start-ups in this process, {starts.get('total_s', 0):.0f} s "
+                  f"(median {starts.get('median_s', 0):.1f} s). Slowest tests (setup + call + teardown):", "",
+                  "| test | s |", "|---|---|"] + [f"| `{t}` | {sec:.1f} |" for t, sec in tm["slowest"]]
     if rep["notes"]:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in rep["notes"]]
     return "\n".join(lines) + "\n"
