@@ -97,6 +97,7 @@ def run(model_name: str = "tiny-llama", pairs: int = 5, dtype: str = "float32", 
     from harness.contracts import mla
     from harness.generator import HarnessGenerator, options_for
 
+    started = time.perf_counter()
     model = models.build(model_name)
     mla.prepare(model)
     batch = prompts(vocab=model.vocab_size)
@@ -113,6 +114,7 @@ def run(model_name: str = "tiny-llama", pairs: int = 5, dtype: str = "float32", 
             "extract_tokens_per_s": tokens / result["extract_s"]["median"],
             "prefill_tokens_per_s": tokens / result["plain_s"]["median"],
             "goal": GOAL, "meets_goal": ratio["median"] >= GOAL, "verdict": verdict(ratio),
+            "wall_s": round(time.perf_counter() - started, 1),
             "note": "paired A/B (order alternating) after a warm-up; LLM.generate(max_tokens=1), prefix caching "
                     "off, speculators' scheduler limits (32 seqs, 8192 tokens a step), eager; both engines alive"}
 

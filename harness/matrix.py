@@ -143,7 +143,11 @@ def merge(report_dir: Path = REPORTS) -> dict:
             if col["version"] not in cells:
                 cells[col["version"]] = {"outcome": "not runnable here" if col["status"] == "not runnable here"
                                          else "not observed", "reason": col.get("reason", "")}
-    return {"schema": SCHEMA, "columns": columns, "rows": dict(sorted(rows.items(), key=_row_order))}
+    walls = [c["wall_s"] + (c.get("benchmark") or {}).get("wall_s", 0) for c in columns if c.get("wall_s") is not None]
+    return {"schema": SCHEMA, "columns": columns, "rows": dict(sorted(rows.items(), key=_row_order)),
+            # The envs' own session times (tests; benchmark where it recorded its time): what the matrix costs
+            # run one env after another on the machine that wrote the reports.
+            "wall_s_total": round(sum(walls), 1) if walls else None}
 
 
 def shimmed_on(m: dict, contract_id: str) -> str:
@@ -194,6 +198,9 @@ def to_markdown(m: dict) -> str:
     bench = [c for c in cols if c.get("benchmark")]
     if bench:
         lines.append("| extraction / prefill | " + " | ".join(bench_cell(c.get("benchmark")) for c in cols) + " |")
+    if m.get("wall_s_total"):
+        lines += ["", f"Matrix wall time: {m['wall_s_total'] / 60:.0f} min (the envs' sessions and benchmarks, one "
+                      "after another; tox's install time not included)."]
     if any(PROOF_MARK in _short(cell) for cells in m["rows"].values() for cell in cells.values()):
         lines += ["", f"{PROOF_MARK} shimmed, but the run did not prove the shim needed and sufficient."]
     partial = [c for c in cols if c["status"] == "incomplete"]
