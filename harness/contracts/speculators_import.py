@@ -13,6 +13,8 @@ Probed in fresh interpreters (an import cannot be undone in this one).
 
 from __future__ import annotations
 
+import functools
+import json
 import subprocess
 import sys
 
@@ -48,46 +50,47 @@ def apply_import() -> bool:
     return True
 
 
-def _fresh_import(with_shim: bool) -> Attempt:
-    prelude = "from harness.contracts.speculators_import import apply_import; apply_import(); " if with_shim else ""
-    proc = subprocess.run([sys.executable, "-c", f"{prelude}import {TARGET}"], capture_output=True, text=True,
-                          timeout=600)
-    if proc.returncode == 0:
-        return Attempt(True)
-    kind, message = _last_exception(proc.stderr)
-    return Attempt.failed(kind, message, raised_at="import " + TARGET)
+#: Run in a fresh interpreter: whether the shim is needed there (before anything imports torch into
+#: transformers' module), then speculators' import, with or without the shim; one JSON line on stdout.
+_CHILD = """
+import json
+from harness.contracts.speculators_import import apply_import, needed
+out = {"needed": needed()}
+if WITH_SHIM:
+    apply_import()
+try:
+    import speculators.data_generation
+    out["ok"] = True
+except BaseException as e:
+    out.update(ok=False, kind=type(e).__name__, message=(str(e).strip().splitlines() or [repr(e)])[0])
+print("HARNESS-IMPORT " + json.dumps(out))
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _fresh_import(with_shim: bool) -> tuple[Attempt, bool]:
+    """speculators' import in a fresh interpreter, and whether `needed()` said yes there. Cached for the
+    session: the probe and the shim proof ask the same question of the same installation, and each answer
+    costs an interpreter that imports torch, transformers and vLLM."""
+    proc = subprocess.run([sys.executable, "-c", _CHILD.replace("WITH_SHIM", str(with_shim))], capture_output=True,
+                          text=True, timeout=600)
+    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("HARNESS-IMPORT ")), None)
+    if line is None:  # the interpreter died before it could say (a crash in an extension, say)
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return Attempt.failed("ChildDied", f"exit code {proc.returncode}: {tail}", raised_at="import " + TARGET), False
+    out = json.loads(line[len("HARNESS-IMPORT "):])
+    attempt = Attempt(True) if out["ok"] else Attempt.failed(out["kind"], out["message"], raised_at="import " + TARGET)
+    return attempt, bool(out["needed"])
 
 
 def prove(with_shim: bool) -> Attempt:
     """The shim proof's run: speculators' own import in a fresh interpreter, with or without the shim."""
-    return _fresh_import(with_shim)
-
-
-def _last_exception(stderr: str) -> tuple[str, str]:
-    """The exception a traceback ended with (pydantic adds a 'For further information' line after it)."""
-    import re
-
-    for line in reversed(stderr.strip().splitlines()):
-        m = re.match(r"^([A-Za-z_][\w.]*(?:Error|Exception|Annotation|Exit)): (.*)$", line)
-        if m:
-            return m.group(1).split(".")[-1], m.group(2)
-    return "ImportError", (stderr.strip().splitlines() or ["(no output)"])[-1]
-
-
-def _selected_in_fresh_interpreter() -> bool:
-    """What `needed()` decides in a fresh interpreter. In this one the shim may already be in place (any
-    generator started earlier in the session applied it), and then `needed()` rightly says no."""
-    proc = subprocess.run([sys.executable, "-c", "from harness.contracts.speculators_import import needed; "
-                           "print(needed())"], capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"needed() failed in a fresh interpreter: {proc.stderr.strip().splitlines()[-1:]}")
-    return proc.stdout.strip().splitlines()[-1] == "True"
+    return _fresh_import(with_shim)[0]
 
 
 def probe(ctx=None) -> Observation:
-    unshimmed = _fresh_import(False)
-    shimmed = None if unshimmed.ok else _fresh_import(True)
+    unshimmed, selected = _fresh_import(False)
+    shimmed = None if unshimmed.ok else _fresh_import(True)[0]
     import transformers
 
-    return Observation(CONTRACT, unshimmed, shimmed,
-                       {"transformers": transformers.__version__, "shim_selected": _selected_in_fresh_interpreter()})
+    return Observation(CONTRACT, unshimmed, shimmed, {"transformers": transformers.__version__, "shim_selected": selected})
