@@ -40,7 +40,6 @@ import io
 import json
 import os
 import pstats
-import random
 import shutil
 import statistics
 import subprocess
@@ -50,6 +49,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.prompts import random_prompts  # noqa: E402 - after the path set-up
 
 PEAK_FLOPS = 790e12  # bf16 dense, measured on the project's H200
 KIMI_LAYERS = 8
@@ -159,11 +160,6 @@ def rpc_label(args) -> str:
     return "rpc " + method
 
 
-def batch(n: int, lo: int, hi: int, vocab: int) -> list[list[int]]:
-    rng = random.Random(5)
-    return [[rng.randrange(4, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
-
-
 def start_ours(model, max_model_len: int, share: float, backend: str | None):
     from harness.generator import HarnessGenerator, options_for
 
@@ -200,7 +196,7 @@ def measure(args) -> dict:
     model = models.build(f"bench-{args.shape}", fixture=fixture)
     built_s = time.perf_counter() - t0
     fm = flop_model(fixture)
-    prompts = batch(args.prompts, args.min_tokens, args.max_tokens, model.vocab_size)
+    prompts = random_prompts(args.prompts, args.min_tokens, args.max_tokens, model.vocab_size, seed=5)
     lengths = [min(len(p), args.max_model_len - 1) for p in prompts]
     tokens = sum(lengths)
     flops = call_flops(fm, lengths)

@@ -14,12 +14,12 @@ The verdict is the benchmark's own output, never a test assertion: speed is meas
 from __future__ import annotations
 
 import json
-import random
 import statistics
 import time
 from pathlib import Path
 
 from harness.paths import REPORTS
+from harness.prompts import random_prompts
 
 #: Extraction should cost no more than a tenth of plain prefill's throughput.
 GOAL = 0.9
@@ -28,10 +28,9 @@ MAX_NUM_SEQS = 32
 MIN_BATCHED_TOKENS = 8192
 
 
-def prompts(n: int = 48, lo: int = 64, hi: int = 256, vocab: int = 512, seed: int = 7) -> list[list[int]]:
-    """`n` prompts of `lo`..`hi` random token ids (seeded), ids 0-3 left out (special tokens)."""
-    rng = random.Random(seed)
-    return [[rng.randrange(4, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+def prompts(vocab: int) -> list[list[int]]:
+    """The benchmark's batch: 48 prompts of 64..256 tokens (7,606 tokens at the tiny models' vocabulary)."""
+    return random_prompts(48, 64, 256, vocab, seed=7)
 
 
 def spread(times: list[float]) -> dict:

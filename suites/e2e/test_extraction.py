@@ -14,12 +14,12 @@ the layer convention). Tolerances are absolute, on hidden states of magnitude ~1
 
 from __future__ import annotations
 
-import random
 
 import pytest
 import torch
 
 from harness import contracts, reference
+from harness.prompts import random_prompts
 from harness.pytest_plugin import expected_broken, not_applicable
 
 TOL = 1e-5
@@ -27,8 +27,7 @@ OFF_BY_ONE_MIN = 1e-2
 
 
 def prompts(n: int, lo: int, hi: int, seed: int, vocab: int) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(4, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+    return random_prompts(n, lo, hi, vocab, seed)
 
 
 def max_diff(results, refs) -> float:

@@ -7,10 +7,10 @@ Same tiny Llama, same prompts, same layers, float32: our speculators 0.3.0 + shi
 
 from __future__ import annotations
 
-import random
 
 
 from harness import second_client
+from harness.prompts import random_prompts
 from harness.pytest_plugin import not_applicable
 
 TOL = 1e-6
@@ -24,8 +24,7 @@ def test_speculators_040_matches_ours(runs, tmp_path, record_e2e):
         not_applicable(why)
     run = runs("tiny-llama")
     layers = sorted(set(run.generator.layer_ids))
-    rng = random.Random(11)
-    prompts = [[rng.randrange(4, run.model.vocab_size) for _ in range(rng.randint(17, 120))] for _ in range(6)]
+    prompts = random_prompts(6, 17, 120, run.model.vocab_size, seed=11)
     theirs = second_client.run(tree, run.model.path, layers, prompts, tmp_path / "spec040.pt")
     assert theirs["speculators_file"].startswith(str(tree)), "the child did not run speculators 0.4.0"
     ours = run.generator.generate(prompts)

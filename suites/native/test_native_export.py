@@ -27,7 +27,6 @@ Where this vLLM has no native path (< 0.17), or it does not run on this platform
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 
 import pytest
@@ -35,6 +34,7 @@ import pytest
 from harness import bench, contracts
 from harness import native_export as nx
 from harness.contracts.base import Attempt, Observation
+from harness.prompts import random_prompts
 from harness.pytest_plugin import check_expected, not_applicable
 
 TOL = 1e-5
@@ -45,8 +45,7 @@ GPU_SHARE = 0.1  # of the card, per native engine on CUDA
 
 def prompts_for(vocab: int) -> list[list[int]]:
     """Six prompts of 17..96 tokens: several KV blocks each, small enough for a 2-core machine."""
-    rng = random.Random(21)
-    return [[rng.randrange(4, vocab) for _ in range(rng.randint(17, 96))] for _ in range(6)]
+    return random_prompts(6, 17, 96, vocab, seed=21)
 
 
 # -- one native engine per model, shared by the tests below ------------------------------------------------
