@@ -15,6 +15,16 @@ import types
 from typing import Any
 
 
+def _with_globals(fn: types.FunctionType, module_globals: dict[str, Any]) -> types.FunctionType:
+    """`fn`'s very code object, resolving its globals in `module_globals`."""
+    out = types.FunctionType(fn.__code__, module_globals, fn.__name__, fn.__defaults__, fn.__closure__)
+    out.__kwdefaults__ = fn.__kwdefaults__
+    out.__qualname__ = fn.__qualname__
+    out.__doc__ = fn.__doc__
+    out.__module__ = fn.__module__
+    return out
+
+
 def rebind(cls: type, overrides: dict[str, Any], name: str | None = None, extra: dict | None = None) -> type:
     """Subclass `cls`; its functions run `cls`'s code with `overrides` in place of module globals.
 
@@ -26,15 +36,8 @@ def rebind(cls: type, overrides: dict[str, Any], name: str | None = None, extra:
         # A name speculators no longer looks up means the shim no longer applies: say so.
         raise KeyError(f"{cls.__module__} has no global(s) {unknown} to shim")
     module_globals.update(overrides)
-    body: dict[str, Any] = {}
-    for attr, value in vars(cls).items():
-        if isinstance(value, types.FunctionType):
-            fn = types.FunctionType(value.__code__, module_globals, value.__name__, value.__defaults__, value.__closure__)
-            fn.__kwdefaults__ = value.__kwdefaults__
-            fn.__qualname__ = value.__qualname__
-            fn.__doc__ = value.__doc__
-            fn.__module__ = value.__module__
-            body[attr] = fn
+    body: dict[str, Any] = {attr: _with_globals(value, module_globals)
+                            for attr, value in vars(cls).items() if isinstance(value, types.FunctionType)}
     body.update(extra or {})
     body.setdefault("__module__", (extra or {}).get("__module__", cls.__module__))
     return type(name or cls.__name__, (cls,), body)
@@ -42,12 +45,7 @@ def rebind(cls: type, overrides: dict[str, Any], name: str | None = None, extra:
 
 def rebind_function(fn: types.FunctionType, overrides: dict[str, Any]) -> types.FunctionType:
     """The same code as `fn`, resolving `overrides` in place of its module globals."""
-    g = dict(fn.__globals__)
-    g.update(overrides)
-    out = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
-    out.__kwdefaults__ = fn.__kwdefaults__
-    out.__qualname__ = fn.__qualname__
-    return out
+    return _with_globals(fn, {**fn.__globals__, **overrides})
 
 
 class TorchProxy(types.ModuleType):

@@ -138,6 +138,12 @@ class Observation:
     not_applicable: str | None = None
     subject: str | None = None  # e.g. the model architecture for per-model contracts
 
+    @classmethod
+    def of(cls, contract: Contract, unshimmed: Attempt, shimmed: Attempt | None, facts: dict, **kw) -> "Observation":
+        """The usual observation: a shimmed attempt is kept only where speculators' own call failed (where
+        it works, what the shim would do says nothing about this vLLM)."""
+        return cls(contract, unshimmed, None if unshimmed.ok else shimmed, facts, **kw)
+
     @property
     def key(self) -> str:
         return f"{self.contract.id}[{self.subject}]" if self.subject else self.contract.id

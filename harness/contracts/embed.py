@@ -62,5 +62,5 @@ def worker_probe(worker) -> dict:
 
 def probe(ctx) -> Observation:
     r = ctx.worker_call(worker_probe)
-    return Observation(CONTRACT, r["unshimmed"], None if r["unshimmed"].ok else r["shimmed"], r["facts"],
+    return Observation.of(CONTRACT, r["unshimmed"], r["shimmed"], r["facts"],
                        subject=ctx.model.family)

@@ -23,17 +23,19 @@ CONTRACT = Contract(
 CANDIDATES = ("model", "language_model.model", "language_model")
 
 
+def _walk(model, path: str):
+    """The module at dotted `path` under `model`, or None where a part is missing."""
+    obj = model
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
 def stack_path(model) -> str | None:
-    for path in CANDIDATES:
-        obj = model
-        try:
-            for part in path.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            continue
-        if hasattr(obj, "layers"):
-            return path
-    return None
+    """The first of CANDIDATES under `model` that holds `.layers`."""
+    return next((path for path in CANDIDATES if hasattr(_walk(model, path), "layers")), None)
 
 
 def decoder_stack(model):
@@ -41,10 +43,7 @@ def decoder_stack(model):
     path = stack_path(model)
     if path is None:
         raise AttributeError(f"{type(model).__name__} has no decoder stack with .layers")
-    obj = model
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
+    return _walk(model, path)
 
 
 def apply_worker(model) -> bool:
@@ -53,10 +52,7 @@ def apply_worker(model) -> bool:
     path = stack_path(model)
     if path is None:
         return False
-    obj = model
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    model.__dict__["model"] = obj
+    model.__dict__["model"] = _walk(model, path)
     return True
 
 
@@ -86,5 +82,5 @@ def probe(ctx) -> Observation:
 
         return Observation(CONTRACT, Attempt(True), None, r["facts"], not_applicable=r["not_applicable"],
                            subject=ctx.model.family)
-    return Observation(CONTRACT, r["unshimmed"], None if r["unshimmed"].ok else r["shimmed"], r["facts"],
+    return Observation.of(CONTRACT, r["unshimmed"], r["shimmed"], r["facts"],
                        subject=ctx.model.family)

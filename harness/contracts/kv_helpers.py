@@ -104,4 +104,4 @@ def probe(ctx) -> Observation:
     }
     if cfg is not None:
         facts["num_blocks"] = cfg.num_blocks
-    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else shimmed, facts)
+    return Observation.of(CONTRACT, unshimmed, shimmed, facts)

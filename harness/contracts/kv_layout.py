@@ -55,4 +55,4 @@ def probe(ctx) -> Observation:
     unshimmed, _ = Attempt.run(cc.get_resolved_kv_cache_layout)
     shimmed, layout = Attempt.run(ctx.vllm_config.cache_config.get_resolved_kv_cache_layout)
     facts = {"resolved_layout": str(layout) if layout is not None else None, "shim_selected": needed(fresh)}
-    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else shimmed, facts)
+    return Observation.of(CONTRACT, unshimmed, shimmed, facts)

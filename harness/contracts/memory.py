@@ -50,4 +50,4 @@ def probe(ctx) -> Observation:
     facts = {"cuda_available": torch.cuda.is_available(), "shim_selected": needed()}
     if value:
         facts["budget_bytes"] = int(value[0])
-    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else shimmed, facts)
+    return Observation.of(CONTRACT, unshimmed, shimmed, facts)

@@ -115,7 +115,7 @@ def probe(subject: str, text_config: dict, started_with_env: bool, start_attempt
              "requested_backend": backend, "selected_backend": chosen, "ran_with_VLLM_MLA_DISABLE": started_with_env}
     if unshimmed.ok and started_with_env:
         unshimmed = Attempt.failed("RuntimeError", "selector offers MLA, but the executor did not start with it")
-    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else start_attempt, facts, subject=subject)
+    return Observation.of(CONTRACT, unshimmed, start_attempt, facts, subject=subject)
 
 
 _PREPARED: dict[str, bool] = {}

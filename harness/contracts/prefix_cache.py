@@ -71,7 +71,7 @@ def probe(ctx) -> Observation:
     facts = {"enable_prefix_caching_default": caching_default(), "shim_selected": needed(), "prompt_tokens": n}
     if counts:
         facts["scheduled_tokens_shimmed"] = list(counts)
-    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else shimmed, facts)
+    return Observation.of(CONTRACT, unshimmed, shimmed, facts)
 
 
 class SilentTruncation(RuntimeError):

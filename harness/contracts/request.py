@@ -129,4 +129,4 @@ def probe(ctx) -> Observation:
              "speculators_keywords": keywords, "shim_selected": needed()}
     if seen:
         facts["shimmed_prefill"] = seen
-    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else shimmed, facts)
+    return Observation.of(CONTRACT, unshimmed, shimmed, facts)

@@ -41,4 +41,4 @@ def probe(ctx) -> Observation:
              "shim_selected": ctx.executor_view.single_reply}
     if n is not None:
         facts["layers_read_through_shim"] = n
-    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else shimmed, facts)
+    return Observation.of(CONTRACT, unshimmed, shimmed, facts)

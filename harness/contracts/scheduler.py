@@ -77,4 +77,4 @@ def probe(ctx) -> Observation:
     facts = {"required": [n for n, v in p.items() if n != "self" and v.default is inspect.Parameter.empty],
              "has_hash_block_size": "hash_block_size" in p, "speculators_keywords": keywords,
              "shim_selected": needed()}
-    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else shimmed, facts)
+    return Observation.of(CONTRACT, unshimmed, shimmed, facts)

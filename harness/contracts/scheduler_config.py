@@ -48,4 +48,4 @@ def probe(ctx) -> Observation:
         sc = cfg.scheduler_config
         facts.update(max_model_len=cfg.model_config.max_model_len, async_scheduling=sc.async_scheduling,
                      max_num_batched_tokens=sc.max_num_batched_tokens)
-    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else shimmed, facts)
+    return Observation.of(CONTRACT, unshimmed, shimmed, facts)

@@ -79,4 +79,4 @@ def probe(ctx) -> Observation:
             ctx.release(other)
     facts = {"by_async_scheduling": per_mode, "shim_selected": "engages when execute_model returns None"}
     unshimmed = primary["unshimmed"]
-    return Observation(CONTRACT, unshimmed, None if unshimmed.ok else primary["shimmed"], facts)
+    return Observation.of(CONTRACT, unshimmed, primary["shimmed"], facts)
