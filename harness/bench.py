@@ -84,11 +84,23 @@ def prefill_call(llm, batch):
 
 
 def shutdown(llm) -> None:
-    """Stop an `LLM`'s engine core now (its processes must not outlive the benchmark)."""
+    """Stop an `LLM`'s engine core and its workers now (no process may outlive the caller's use of it): the
+    engine core client's `shutdown` where there is one, else the engine's. Errors while shutting down are
+    swallowed (shutting down must go on); the objects are dropped and collected."""
+    import gc
+
     engine = getattr(llm, "llm_engine", None)
-    fn = getattr(engine, "shutdown", None) or getattr(getattr(engine, "engine_core", None), "shutdown", None)
-    if callable(fn):
-        fn()
+    core = getattr(engine, "engine_core", None)
+    for target in (core, engine):
+        fn = getattr(target, "shutdown", None)
+        if callable(fn):
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - shutting down must go on
+                pass
+            break
+    del engine, core
+    gc.collect()
 
 
 def run(model_name: str = "tiny-llama", pairs: int = 5, dtype: str = "float32", max_model_len: int = 512) -> dict:

@@ -2,7 +2,8 @@
 
 Exit codes: 0 ok, 1 the run found a failure, 2 the command could not run (bad input, vLLM missing,
 no expectations for the installed vLLM), 3 the run is incomplete (something was skipped, not observed or
-interrupted; a subset the user asked for, e.g. `run -- -k twophase`, exits 0 with an incomplete report).
+interrupted; a subset the user asked for, e.g. `run -- -k twophase`, exits 0 with an incomplete report),
+4 a vLLM without expectations was observed (status `observed`, a draft expectations file beside the report).
 """
 
 from __future__ import annotations
@@ -58,6 +59,14 @@ def cmd_run(args) -> int:
     with tempfile.TemporaryFile() as held:
         with fdio.fds_to(held, (2,)):  # what libraries print while vLLM's platform is imported, held back:
             versions.device_type()  # a refused run says one line; an accepted one replays it below
+        from harness import expectations
+
+        missing = not expectations.file_for(versions.vllm_version(), versions.device_type()).is_file()
+        if missing and not args.strict and not args.skip_expectation_check:
+            os.environ["HARNESS_OBSERVE"] = "1"  # inherited by every process the run starts
+            print(f"harness: no expectations for vLLM {versions.vllm_version()} ({versions.device_type()}): observing "
+                  "it (status `observed`, never pass); a draft expectations file is written beside the report",
+                  file=sys.stderr)
         rc = cmd_expectations(argparse.Namespace()) if not (args.skip_expectation_check or observe_only()) else 0
         if rc:
             return rc
@@ -78,10 +87,28 @@ def cmd_run(args) -> int:
     rc = int(pytest.main(argv))
     from harness import pytest_plugin
 
-    return exit_code(rc, pytest_plugin.LAST_REPORT)
+    rep = pytest_plugin.LAST_REPORT
+    if rep is not None and rep["status"] == "observed":
+        print(observed_summary(rep))
+    return exit_code(rc, rep)
+
+
+def observed_summary(rep: dict) -> str:
+    """What an observed run saw, per contract and per model, and where its draft expectations are."""
+    lines = [f"harness: vLLM {rep['versions']['vllm']} observed (not held to expectations):"]
+    lines += [f"  {c['contract']:28s} {c['outcome']:8s} {c['reason'][:90]}" for c in rep["contracts"]]
+    by_model: dict[str, set] = {}
+    for e in rep.get("e2e", []):
+        by_model.setdefault(e["model"], set()).add(e["result"])
+    lines += [f"  e2e {m:24s} " + ("pass" if r - {"n/a", "measured"} <= {"pass"} else "FAIL")
+              for m, r in sorted(by_model.items())]
+    if rep.get("draft"):
+        lines.append(f"harness: draft expectations for review: {rep['draft']}")
+    return "\n".join(lines)
 
 
 INCOMPLETE = 3
+OBSERVED = 4  # a vLLM without expectations, observed: never 0, whatever it showed
 
 
 def exit_code(pytest_rc: int, rep: dict | None) -> int:
@@ -91,6 +118,8 @@ def exit_code(pytest_rc: int, rep: dict | None) -> int:
         return pytest_rc
     if rep["status"] == "fail":
         return 1
+    if rep["status"] == "observed":
+        return OBSERVED
     if rep["status"] == "incomplete":
         kinds = {g["kind"] for g in rep["incomplete"]}
         asked = "subset" in kinds and not kinds & {"interrupted", "stopped"}
@@ -194,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--suite", dest="suites", action="append", help="suite folder(s); default: the CPU suites")
     r.add_argument("--quick", action="store_true", help="contract probes and e2e only (the matrix's run)")
     r.add_argument("--skip-expectation-check", action="store_true", help=argparse.SUPPRESS)
+    r.add_argument("--strict", action="store_true",
+                   help="refuse a vLLM without an expectations file (exit 2) instead of observing it")
     r.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     r.set_defaults(fn=cmd_run)
     e = sub.add_parser("expectations", help="print the expectations for the installed vLLM")

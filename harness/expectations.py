@@ -102,8 +102,11 @@ def stale(expected: dict[str, Expectation], defined: set[str]) -> list[str]:
 def draft(report: dict) -> str:
     """A draft expectations file from what a run observed: to be reviewed line by line, not trusted."""
     v = report["versions"]
-    lines = [f"# What speculators 0.3.0's contracts show on vLLM {v['vllm']} ({v['vllm_distribution']}), "
-             f"{report['platform']['device_type']} build.", "# Drafted from an observed run, then reviewed.",
+    lines = [f"# DRAFT, NOT REVIEWED: what speculators 0.3.0's contracts showed on vLLM {v['vllm']} "
+             f"({v['vllm_distribution']}), {report['platform']['device_type']} build, in the run of "
+             f"{report.get('generated_at', '?')} ({report.get('env', '?')}).",
+             "# Review every line (is this the outcome this vLLM should show? is the reason true?), then save it as",
+             f"# fixtures/expectations/vllm-{v['vllm']}-{report['platform']['device_type']}.toml and rerun.",
              f'vllm = "{v["vllm"]}"', f'platform = "{report["platform"]["device_type"]}"', 'speculators = "0.3.0"', "",
              "[contracts]"]
     reasons = tomllib.loads((directory() / "reasons.toml").read_text()) if (directory() / "reasons.toml").is_file() else {}

@@ -225,7 +225,8 @@ def _short(cell: dict) -> str:
 
 
 COLORS = {"native": "#d7f5dd", "shimmed": "#fff3c4", "broken": "#f8c9c9", "n/a": "#eeeeee", "pass": "#d7f5dd",
-          "fail": "#f8c9c9", "not runnable here": "#dddddd", "not observed": "#f8c9c9", "incomplete": "#fde2b8"}
+          "fail": "#f8c9c9", "not runnable here": "#dddddd", "not observed": "#f8c9c9", "incomplete": "#fde2b8",
+          "observed": "#d6e4ff"}
 
 
 def to_html(m: dict) -> str:

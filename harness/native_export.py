@@ -562,20 +562,10 @@ class NativeExporter:
         """Shut the engine (and its worker processes) down; idempotent; removes our temporary folder."""
         llm, self.llm = self.llm, None
         if llm is not None:
-            engine = getattr(llm, "llm_engine", None)
-            core = getattr(engine, "engine_core", None)
-            for target in (core, engine):
-                fn = getattr(target, "shutdown", None)
-                if callable(fn):
-                    try:
-                        fn()
-                    except Exception:  # noqa: BLE001 - shutting down must go on
-                        pass
-                    break
-            del llm, engine, core
-            import gc
+            from harness.bench import shutdown
 
-            gc.collect()
+            shutdown(llm)
+            del llm
         if self._own_dir and os.environ.get("HARNESS_KEEP_NATIVE_LOG") != "1":
             shutil.rmtree(self.dir, ignore_errors=True)
 

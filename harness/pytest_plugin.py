@@ -64,8 +64,9 @@ def harness_meta() -> dict:
 
 
 def observe_only() -> bool:
-    """HARNESS_OBSERVE=1: record what a vLLM shows without holding it to expectations (to draft a new
-    expectations file). Such a run's report says status "fail" (every contract is unexpected)."""
+    """HARNESS_OBSERVE=1 (set by `harness run` for a vLLM without an expectations file): record what it
+    shows without holding it to expectations. The report's status is `observed`, never pass, and a draft
+    expectations file is written beside it for review."""
     return os.environ.get("HARNESS_OBSERVE") == "1"
 
 
@@ -404,10 +405,17 @@ def pytest_sessionfinish(session, exitstatus):
     _attach_proofs(rows, col.proofs)
     rep = build(config.getoption("--harness-env"), col.meta, rows, col.e2e, tiers, col.tests, stale, not_observed,
                 exp_file, col.notes, selection=_selection(config, col), skips=col.skips, interrupted=col.interrupted,
-                timings=_timings(col))
+                timings=_timings(col), observed_only=observe_only())
     global LAST_REPORT
     LAST_REPORT = rep
     j, m = _write_report(rep, Path(config.getoption("--harness-report-dir")))
+    if observe_only() and rep["contracts"]:
+        from harness.expectations import draft
+        from harness.report import write_atomic
+
+        drafted = j.with_name(f"{rep['env']}.expectations-draft.toml")
+        write_atomic(drafted, draft(rep))
+        rep["draft"] = str(drafted)
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr:
         tr.write_line(f"harness: report written to {j} and {m} (status {rep['status']})")
@@ -430,6 +438,29 @@ def gpu_config(config):
         prompts_file=config.getoption("--prompts"), report_dir=config.getoption("--gpu-report-dir"),
         attention_backend=config.getoption("--attention-backend"),
         gpu_memory_utilization=config.getoption("--gpu-memory-utilization"))
+
+
+def gpus_on_this_host() -> int:
+    """CUDA devices torch sees here (0 without CUDA)."""
+    try:
+        import torch
+
+        return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 - no usable torch: no GPUs
+        return 0
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """`multi_gpu(n)` acts: a test that needs more GPUs of one host than this one has is skipped with that
+    reason (a gap that makes the run incomplete, never a pass), before it starts anything."""
+    needs = [(item, int(m.args[0])) for item in items for m in [item.get_closest_marker("multi_gpu")] if m]
+    if not needs:
+        return
+    have = gpus_on_this_host()
+    for item, n in needs:
+        if n > have:
+            item.add_marker(pytest.mark.skip(reason=f"needs {n} GPUs of one host, this host has {have}"))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -37,7 +37,10 @@ def now() -> str:
 #: but a declared n/a, every shim's proof recorded. `incomplete`: nothing failed, but something was not observed
 #: (a subset ran, a skip, an interruption, a proof not run): `incomplete` lists what. `fail`: something did not
 #: hold. A run is never greener than what it observed.
-STATUSES = ("pass", "incomplete", "fail")
+#: `observed`: a run on a vLLM with no expectations file, recorded without being held to anything; never
+#: green, whatever it saw (its report says what it saw; its draft expectations await review).
+STATUSES = ("pass", "incomplete", "fail", "observed")
+OBSERVED = "observed"
 #: Why a run is incomplete, by kind; only "subset" is what a user asks for (`run -- -k twophase`).
 SUBSET = "subset"
 
@@ -49,12 +52,16 @@ def judge(rep: dict) -> tuple[str, list[dict]]:
     without reasons or rows without a proof result make them incomplete, never pass."""
     tests = rep.get("tests", {})
     failed = tests.get("failed", 0) + tests.get("error", 0)
-    if rep.get("mismatched") or rep.get("unexpected") or rep.get("stale_expectations") or failed:
+    observed = rep.get("mode") == OBSERVED
+    if not observed and (rep.get("mismatched") or rep.get("unexpected") or rep.get("stale_expectations") or failed):
         return "fail", []
     gaps: list[dict] = []
 
     def gap(kind: str, text: str) -> None:
         gaps.append({"kind": kind, "what": text})
+
+    if observed and failed:
+        gap("failed", f"{failed} tests failed (not held to expectations: read each one)")
 
     if rep.get("interrupted"):
         ran = sum(tests.get(k, 0) for k in ("passed", "failed", "skipped", "error"))
@@ -82,6 +89,8 @@ def judge(rep: dict) -> tuple[str, list[dict]]:
                 or (c["outcome"] == "shimmed" and not (c.get("proof") or {}).get("result"))]
     if unproven:
         gap("proof not run", "shim proofs not run for: " + ", ".join(sorted(set(unproven))))
+    if observed:
+        return OBSERVED, gaps
     return ("incomplete" if gaps else "pass"), gaps
 
 
@@ -96,7 +105,7 @@ PROOF_NOT_RUN = "not run"  # the contract has a proof, but this run did not run 
 def build(env: str, meta: dict, contracts: list[dict], e2e: list[dict], tiers: dict, tests: dict,
           stale: list[str], not_observed: list[str], expectations_file: str | None, notes: list[str],
           selection: dict | None = None, skips: list[dict] | None = None, interrupted: str | None = None,
-          timings: dict | None = None) -> dict:
+          timings: dict | None = None, observed_only: bool = False) -> dict:
     mismatched = [c["contract"] for c in contracts if c.get("expected") and c["expected"] != c["outcome"]]
     unexpected = [c["contract"] for c in contracts if not c.get("expected")]
     rep = {
@@ -108,6 +117,7 @@ def build(env: str, meta: dict, contracts: list[dict], e2e: list[dict], tiers: d
         "mismatched": mismatched, "unexpected": unexpected, "stale_expectations": stale, "not_observed": not_observed,
         "e2e": e2e, "tiers": tiers, "tests": tests, "selection": selection, "skips": skips or [],
         "interrupted": interrupted, "notes": notes, "timings": timings or {},
+        "mode": OBSERVED if observed_only else "held to expectations",
     }
     rep["status"], rep["incomplete"] = judge(rep)
     rep["complete_run"] = complete_run(rep)

@@ -85,6 +85,34 @@ def test_vllm_version_without_expectations(tmp_path):
     assert "no expectations for vLLM" in out.stderr and "have: none" in out.stderr
 
 
+def test_vllm_without_expectations_is_observed_never_passed(tmp_path):
+    """A build with no expectations file is observed, not refused: status `observed` (exit 4, never 0), a
+    summary of what it showed, and a draft expectations file beside the report that says it is not reviewed."""
+    (tmp_path / "none").mkdir()
+    env = {**os.environ, "HARNESS_EXPECTATIONS_DIR": str(tmp_path / "none")}
+    env.pop("HARNESS_OBSERVE", None)
+    out = subprocess.run([sys.executable, "-m", "harness", "run", "--env", "observed-x", "--", "--harness-report-dir",
+                          str(tmp_path / "reports"), "-k", "test_contract and schedcfg"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 4, out.stdout[-1500:] + out.stderr[-1500:]
+    assert "no expectations for vLLM" in out.stderr and "observing it" in out.stderr
+    rep = json.loads((tmp_path / "reports" / "observed-x.json").read_text())
+    assert rep["status"] == "observed" and rep["mode"] == "observed"
+    assert "schedcfg" in out.stdout and "draft expectations for review" in out.stdout
+    draft = (tmp_path / "reports" / "observed-x.expectations-draft.toml").read_text()
+    assert draft.startswith("# DRAFT, NOT REVIEWED") and "schedcfg = { outcome =" in draft
+
+
+def test_strict_refuses_a_vllm_without_expectations(tmp_path):
+    env = {**os.environ, "HARNESS_EXPECTATIONS_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "harness", "run", "--strict", "--env", "strict-x", "--",
+                          "--harness-report-dir", str(tmp_path / "reports")], capture_output=True, text=True, env=env,
+                         timeout=300)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and "no expectations for vLLM" in lines[0], out.stderr[-1500:]
+    assert not (tmp_path / "reports").exists()
+
+
 @pytest.mark.parametrize("batch,says", [
     ([[5, 6.7, 7]], r"prompt 0 has token ids that are not ints: \[6.7\] \(float\)"),
     ([[5, "6", 7]], r"prompt 0 has token ids that are not ints: \['6'\] \(str\)"),

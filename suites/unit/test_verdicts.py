@@ -174,3 +174,18 @@ def test_shared_memory_hand_off_reuses_its_mapping_and_never_reads_a_lost_buffer
     transport.forget([os.getpid()])
     with pytest.raises(transport.HandOffLost):
         transport.materialize(pub.publish([torch.zeros(2, 3)]))
+
+
+def test_a_run_on_a_vllm_without_expectations_is_observed_never_pass_nor_fail():
+    """Observe mode: rows carry no expectation (all 'unexpected'), a test may fail; the verdict is `observed`,
+    exit 4, with the failures listed, and the matrix judges the report the same way."""
+    row = {k: v for k, v in SHIMMED_ROW.items() if k != "expected"}
+    clean = _rep(rows=(row,), observed_only=True)
+    assert clean["status"] == "observed" and clean["unexpected"] == ["sched"]
+    failing = _rep(rows=(row,), observed_only=True, tests={"passed": 2, "failed": 1, "skipped": 0, "error": 0})
+    assert failing["status"] == "observed" and {"kind": "failed", "what": "1 tests failed (not held to "
+                                                "expectations: read each one)"} in failing["incomplete"]
+    assert cli.exit_code(0, clean) == cli.OBSERVED == 4
+    assert report.judge(json.loads(json.dumps(failing)))[0] == "observed"
+    held = _rep(rows=(row,))
+    assert held["status"] == "fail", "held to expectations, an unexpected row still fails"
