@@ -188,6 +188,14 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_matrix_envs(args) -> int:
+    """The matrix envs as one JSON list (CI fans out over it: .github/workflows/matrix.yml)."""
+    from harness import matrix
+
+    print(json.dumps(matrix.env_names()))
+    return 0
+
+
 def cmd_tox_envs(args) -> int:
     from harness import matrix
     from harness.report import write_atomic
@@ -254,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--pairs", type=int, default=5, help="interleaved plain/extraction pairs after a warm-up (>= 1)")
     b.add_argument("--report-dir", default=str(REPO_ROOT / "reports"))
     b.set_defaults(fn=cmd_bench)
+    sub.add_parser("matrix-envs", help="print the matrix envs as a JSON list (for CI fan-out)"
+                   ).set_defaults(fn=cmd_matrix_envs)
     t = sub.add_parser("tox-envs", help="print tox.ini's matrix section, rendered from fixtures/envs/matrix.toml")
     t.add_argument("--write", action="store_true", help="write it (and the `matrix` label) into tox.ini")
     t.set_defaults(fn=cmd_tox_envs)

