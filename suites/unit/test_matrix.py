@@ -37,7 +37,7 @@ def test_merge_fills_every_cell_and_never_passes_a_missing_version(tmp_path):
         assert all(cell["outcome"] for cell in row.values())
     assert m["rows"]["sched"][list(matrix.versions())[1]]["outcome"] == "not runnable here"
     html = matrix.to_html(m)
-    assert "<script" not in html and "http" not in html.split("</style>")[1]
+    assert "<script src" not in html and "http" not in html.split("</style>")[1], "the page must be self-contained"
 
 
 def test_e2e_row_ignores_checks_that_do_not_apply(tmp_path):
