@@ -316,7 +316,8 @@ def to_html(m: dict) -> str:
                                            f"error: {cell.get('error')}" if cell.get("error") else "",
                                            "proof: {result}: {evidence}".format(**cell["proof"]) if cell.get("proof") else "",
                                            cell.get("reason") or "") if x)
-            out.append(f"<td class='cell' data-outcome='{esc(o)}' style='background:{COLORS.get(o, '#fff')}'><details>"
+            out.append(f"<td class='cell' id='{esc(key)}@{esc(c['version'])}' data-outcome='{esc(o)}' "
+                       f"style='background:{COLORS.get(o, '#fff')}'><details>"
                        f"<summary>{esc(_short(cell, markdown=False))}</summary><div class='evidence'>{esc(detail)}</div>"
                        "</details></td>")
         out.append("</tr>")
@@ -330,6 +331,9 @@ def to_html(m: dict) -> str:
                "var ok=(m==='all'||r.dataset.model===m||r.dataset.model==='all')&&r.dataset.key.toLowerCase().indexOf(q)>=0;"
                "r.style.display=ok?'':'none';});}"
                "document.getElementById('model').onchange=f;document.getElementById('contract').oninput=f;"
+               # A link to a cell (matrix.html#twophase@0.16.0) opens its evidence, as a click on it does.
+               "function g(){var c=document.getElementById(decodeURIComponent(location.hash.slice(1)));"
+               "if(c){c.querySelector('details').open=true;c.scrollIntoView();}}window.onhashchange=g;g();"
                "</script></body></html>\n")
     return "".join(out)
 
