@@ -36,6 +36,7 @@ from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sd
 from packaging.version import InvalidVersion, Version
 
 from harness.paths import REPO_ROOT
+from harness.progress import Progress
 
 PROJECT = "vllm"
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -217,11 +218,14 @@ def _download(artifact: Artifact, root: Path) -> Path:
     fd, name = tempfile.mkstemp(prefix=f".{artifact.filename}.", suffix=".part", dir=root)
     path = Path(name)
     digest = hashlib.sha256()
+    progress = Progress(f"gate: downloading {artifact.filename}", artifact.size)
     try:
         with os.fdopen(fd, "wb") as out, _open(artifact.url) as resp:
             while chunk := resp.read(CHUNK):
                 digest.update(chunk)
                 out.write(chunk)
+                progress.advance(len(chunk))
+        progress.finish()
     except SourceError:
         path.unlink(missing_ok=True)
         raise
