@@ -331,9 +331,10 @@ def to_html(m: dict) -> str:
                "var ok=(m==='all'||r.dataset.model===m||r.dataset.model==='all')&&r.dataset.key.toLowerCase().indexOf(q)>=0;"
                "r.style.display=ok?'':'none';});}"
                "document.getElementById('model').onchange=f;document.getElementById('contract').oninput=f;"
-               # A link to a cell (matrix.html#twophase@0.16.0) opens its evidence, as a click on it does.
+               # A link to a cell (matrix.html#twophase@0.16.0) clicks it: its evidence opens as for a user's click.
                "function g(){var c=document.getElementById(decodeURIComponent(location.hash.slice(1)));"
-               "if(c){c.querySelector('details').open=true;c.scrollIntoView();}}window.onhashchange=g;g();"
+               "if(c&&!c.querySelector('details').open){c.querySelector('summary').click();c.scrollIntoView();}}"
+               "window.onhashchange=g;g();"
                "</script></body></html>\n")
     return "".join(out)
 

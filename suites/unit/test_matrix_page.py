@@ -1,5 +1,6 @@
 """The HTML matrix opened in a real headless browser (Chromium from Debian's packages): every cell of
-matrix.json is on the page, a cell's evidence opens from its link, and a screenshot is kept."""
+matrix.json is on the page, a cell clicked (through its link, which clicks the cell's summary in the page)
+shows its evidence, and a screenshot is kept."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def test_the_page_shows_every_cell_and_a_cells_evidence_opens(tmp_path):
     assert len(cells) == len(m["rows"]) * len(m["columns"]), "a cell of matrix.json is missing from the page"
     opened = re.search(rf'<td class="cell" id="{re.escape(key)}@{re.escape(ver)}"[^>]*><details open="">(.*?)</details>',
                        dom, re.S)
-    assert opened, "the cell's link did not open its evidence"
+    assert opened, "clicking the cell (its link) did not open its evidence"
     evidence = html.unescape(re.sub(r"<[^>]+>", "", opened.group(1)))
     assert cell["outcome"] in evidence and (cell.get("shim") or cell.get("reason") or "")[:40] in evidence
     assert len(re.findall(r"<details open", dom)) == 1, "only the linked cell is open"
