@@ -29,8 +29,10 @@ EPILOG = ("environment: HARNESS_PYPI_URL (the simple index to read vLLM from; de
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, dest="to_version", metavar="VERSION", help="the candidate vLLM version")
-    p.add_argument("--from", default="0.11.0", dest="from_version", metavar="VERSION",
-                   help="the vLLM version speculators runs on now (default: 0.11.0, the one it was written for)")
+    p.add_argument("--from", default=None, dest="from_version", metavar="VERSION",
+                   help="the vLLM version speculators runs on now (default: the last known good: "
+                        "fixtures/gate/verified.toml if present, else the newest version whose committed env report "
+                        "passes; the gate says which)")
     p.add_argument("--cache-dir", help="where vLLM sources are cached (default: $HARNESS_GATE_CACHE or .cache/gate)")
     p.add_argument("--summary", help="also write the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
     p.add_argument("--json", help="JSON report path (default: reports/gate-<from>-to-<to>.json)")
@@ -70,6 +72,9 @@ def run(args) -> int:
         print(f"harness gate: {exc}", file=sys.stderr)
         return 2
     meta: dict = {"speculators": args.speculators}
+    if getattr(args, "from_reason", None):
+        print(f"gate: --from not given: {old}, {args.from_reason}", file=sys.stderr)
+        meta["from_reason"] = args.from_reason
     try:
         problems = coverage.validate(contracts.ids())
         if problems:
@@ -121,6 +126,10 @@ def _checked_input(args) -> tuple[str, str, dict | None]:
 
     from harness.gate import sources
 
+    if args.from_version is None:
+        from harness.gate.baseline import last_known_good
+
+        args.from_version, args.from_reason = last_known_good()
     try:
         new = sources.normalize(args.to_version)
         old = sources.normalize(args.from_version)

@@ -111,6 +111,13 @@ def normalize(version: str) -> str:
     return str(v).replace(".".join(str(n) for n in v.release), release, 1)
 
 
+def dev_commit(version: str) -> str | None:
+    """The upstream commit a per-commit build names in its local version (`0.34.0.dev12+gabc1234.cu130` ->
+    `abc1234`), None for a release."""
+    local = Version(version).local or ""
+    return next((part[1:] for part in local.split(".") if re.fullmatch(r"g[0-9a-f]{7,40}", part)), None)
+
+
 def cached(version: str, cache_dir: str | Path | None = None) -> Path | None:
     folder = cache_root(cache_dir) / f"{PROJECT}-{normalize(version)}"
     return folder if (folder / PROJECT / "__init__.py").is_file() else None

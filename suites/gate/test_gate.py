@@ -176,7 +176,7 @@ def test_gate_plugs_into_a_harness_style_cli():
     p = argparse.ArgumentParser()
     add_parser(p.add_subparsers(dest="command", required=True))
     args = p.parse_args(["gate", "--to", "0.12.0"])
-    assert (args.from_version, args.to_version, args.fn) == ("0.11.0", "0.12.0", run)
+    assert (args.from_version, args.to_version, args.fn) == (None, "0.12.0", run)  # None: the last known good
 
 
 def test_static_gate_time_with_sources_cached(gate, capsys):
