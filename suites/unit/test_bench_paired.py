@@ -16,9 +16,10 @@ def test_pairs_interleave_and_alternate_after_warmup():
 
 
 def test_ratio_is_plain_time_over_extraction_time_per_pair():
-    result = bench.paired(lambda: time.sleep(0.02), lambda: time.sleep(0.04), pairs=3, warmup=0)
+    result = bench.paired(lambda: time.sleep(0.05), lambda: time.sleep(0.25), pairs=3, warmup=0)
     r = result["ratio"]
-    assert 0.3 < r["min"] <= r["median"] <= r["max"] < 0.7  # extraction twice as slow: about 0.5
+    # extraction five times as slow: about 0.2 (bounds wide enough for a loaded machine's oversleeping)
+    assert 0.02 < r["min"] <= r["median"] <= r["max"] < 0.8
     assert r["all"] == [p / e for p, e in zip(result["plain_s"]["all"], result["extract_s"]["all"])]
     assert "below the goal of 0.9x" in bench.verdict(r)
 
