@@ -50,7 +50,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.prompts import random_prompts  # noqa: E402 - after the path set-up
+from harness.contracts.base import strip_machine_paths  # noqa: E402 - after the path set-up
+from harness.prompts import random_prompts  # noqa: E402
 
 PEAK_FLOPS = 790e12  # bf16 dense, measured on the project's H200
 KIMI_LAYERS = 8
@@ -266,7 +267,7 @@ def measure(args) -> dict:
             prof.disable()
             s = io.StringIO()
             pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(30)
-            out["cprofile_top"] = s.getvalue().splitlines()[:80]
+            out["cprofile_top"] = [strip_machine_paths(line) for line in s.getvalue().splitlines()[:80]]
             print("\n".join(out["cprofile_top"][:45]))
     finally:
         if llm is not None:

@@ -226,10 +226,18 @@ def today() -> str:
 
 
 def asdict_config(cfg: TierConfig) -> dict:
-    """The config as the report records it: the prompts file and report dir relative to the repo when inside it."""
+    """The config as the report records it: the model path, prompts file and report dir relative to the repo
+    when inside it, else only their last part (a machine's absolute paths say nothing to the next reader)."""
     from harness.contracts.base import short_path
 
+    def shown(path) -> str | None:
+        if path is None:
+            return None
+        short = short_path(str(path))
+        return f"<outside the repo>/{Path(short).name}" if short.startswith("/") else short
+
     out = asdict(cfg)
-    out["prompts_file"] = short_path(str(cfg.prompts_file))
-    out["report_dir"] = short_path(str(cfg.report_dir))
+    out["model_path"] = shown(cfg.model_path)
+    out["prompts_file"] = shown(cfg.prompts_file)
+    out["report_dir"] = shown(cfg.report_dir)
     return out

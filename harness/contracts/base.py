@@ -42,10 +42,18 @@ _SITE_PACKAGES = re.compile(r"/[^\s'\"()]*/site-packages/")
 
 
 def strip_machine_paths(text: str) -> str:
-    """`short_path` applied inside free text: `<anything>/site-packages/` and the repo root are dropped."""
+    """`short_path` applied inside free text: `<anything>/site-packages/`, the repo root and this process's other
+    import roots (a `--target` install on PYTHONPATH such as the GPU machine's /tmp/site) are dropped, so a
+    module reads as its import path (`vllm/v1/core/sched/scheduler.py`)."""
+    import sys
+
     from harness.paths import REPO_ROOT
 
-    return _SITE_PACKAGES.sub("", text).replace(str(REPO_ROOT) + "/", "")
+    text = _SITE_PACKAGES.sub("", text)
+    roots = {str(REPO_ROOT)} | {p.rstrip("/") for p in sys.path if p.startswith("/") and p.count("/") > 1}
+    for root in sorted(roots, key=len, reverse=True):
+        text = text.replace(root + "/", "")
+    return text
 
 
 def short_path(filename: str) -> str:

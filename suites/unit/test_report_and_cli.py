@@ -44,3 +44,13 @@ def test_error_texts_and_gpu_config_carry_no_machine_paths():
     assert summarize(err) == "cannot import name 'x' from 'vllm.a' (vllm/a.py); see harness/worker.py"
     cfg = gpu_tier.TierConfig(model_path=None)
     assert gpu_tier.asdict_config(cfg)["prompts_file"] == "fixtures/prompts/gpu-prompts.json"
+    outside = gpu_tier.asdict_config(gpu_tier.TierConfig(model_path="/models/Kimi-K2.5", report_dir="/root/out/gpu"))
+    assert (outside["model_path"], outside["report_dir"]) == ("<outside the repo>/Kimi-K2.5", "<outside the repo>/gpu")
+    import sys
+
+    sys.path.insert(0, "/tmp/site")  # a --target install on PYTHONPATH, as on the GPU machine
+    try:
+        assert summarize("1 0.1 0.2 /tmp/site/vllm/v1/executor/multiproc_executor.py:339(collective_rpc)") == (
+            "1 0.1 0.2 vllm/v1/executor/multiproc_executor.py:339(collective_rpc)")
+    finally:
+        sys.path.remove("/tmp/site")
