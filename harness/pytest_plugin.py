@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.paths import REPORTS
+from harness.processes import SESSION_PROCESSES, children, reap
 
 # Offline and small: no hub lookups, a 1 GiB KV cache on CPU (vLLM would otherwise reserve half the RAM),
 # and idle workers that sleep instead of spinning on their message queue (several shared generators
@@ -36,7 +37,6 @@ NA_PREFIX = "n/a: "
 def not_applicable(reason: str):
     """Skip a test because what it checks does not apply here (declared; the run can still pass)."""
     pytest.skip(NA_PREFIX + reason)
-IGNORED_CHILDREN = ("multiprocessing.resource_tracker", "resource_tracker")
 
 
 def pytest_addoption(parser):
@@ -135,59 +135,19 @@ def check_expected(obs, expectations) -> None:
 
 
 # -- no worker outlives a test --------------------------------------------------------------------
-def _children() -> dict[int, str]:
-    import psutil
-
-    out = {}
-    for p in psutil.Process().children(recursive=True):
-        try:
-            cmd = " ".join(p.cmdline())
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and not any(i in cmd for i in IGNORED_CHILDREN):
-                out[p.pid] = cmd[:120]
-        except psutil.Error:
-            continue
-    return out
-
-
-def _reap(pids) -> None:
-    import psutil
-
-    procs = []
-    for pid in pids:
-        try:
-            procs.append(psutil.Process(pid))
-        except psutil.Error:
-            continue
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(procs, timeout=10)
-
-
-#: Processes of session-scoped generators, which outlive single tests by design (closed at session end).
-SESSION_PROCESSES: set[int] = set()
-
-
-def adopt_session_processes() -> None:
-    """Call right after starting a session-scoped generator: its workers are not a leak of the test."""
-    SESSION_PROCESSES.update(_children())
-
-
 @pytest.fixture(autouse=True)
 def no_leftover_workers():
     """Fails a test that leaves a process it started alive (session-scoped generators excepted)."""
-    before = set(_children()) | SESSION_PROCESSES
+    before = set(children()) | SESSION_PROCESSES
     yield
     deadline = time.monotonic() + 15  # a shut-down executor's workers take a moment to exit
     left = {}
     while time.monotonic() < deadline:
-        left = {pid: cmd for pid, cmd in _children().items() if pid not in before and pid not in SESSION_PROCESSES}
+        left = {pid: cmd for pid, cmd in children().items() if pid not in before and pid not in SESSION_PROCESSES}
         if not left:
             return
         time.sleep(0.5)
-    _reap(left)
+    reap(left)
     pytest.fail(f"processes started by this test are still alive after it: {left}")
 
 
@@ -277,7 +237,7 @@ def pytest_configure(config):
 
     def on_term(signum, frame):
         if _COLLECTOR.interrupted:
-            _reap(_children())
+            reap(children())
             os._exit(128 + signum)
         _COLLECTOR.interrupted = signal.Signals(signum).name
         raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")

@@ -68,7 +68,7 @@ def _start(name: str) -> ModelRun:
 @pytest.fixture(scope="session")
 def runs():
     """`runs(name)`: the session's shared ModelRun for a tiny model, started on first use."""
-    from harness.pytest_plugin import adopt_session_processes
+    from harness.processes import adopt_session_processes
 
     started: dict[str, ModelRun] = {}
 

@@ -102,7 +102,7 @@ def _start(name: str, runs) -> NativeRun:
     if not ok:
         nr.skip = f"no native hidden-state export in this vLLM: {why}"
         return nr
-    from harness.pytest_plugin import adopt_session_processes
+    from harness.processes import adopt_session_processes
 
     model = ours.model
     layers = _layers(ours)
