@@ -27,14 +27,19 @@ class WorkerDied(RuntimeError):
     until a new generator is built (vLLM itself answers later calls with an unrelated assertion)."""
 
 
+def worker_procs(real: Any) -> list[tuple[Any, Any]]:
+    """(handle, process) for each worker process of the real executor that has one."""
+    handles = getattr(real, "workers", None) or []
+    return [(h, h.proc) for h in handles if getattr(h, "proc", None) is not None]
+
+
 def dead_workers(real: Any) -> list[str]:
     """'worker <rank> (pid <pid>) died: killed by SIGKILL' for each worker process of `real` that exited."""
     import signal
 
     out = []
-    for handle in getattr(real, "workers", None) or []:
-        proc = getattr(handle, "proc", None)
-        if proc is None or proc.is_alive():
+    for handle, proc in worker_procs(real):
+        if proc.is_alive():
             continue
         code = proc.exitcode
         how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
@@ -127,7 +132,7 @@ class ExecutorView:
             if self._closed:
                 return
             self._closed = True
-        transport.forget(getattr(getattr(h, "proc", None), "pid", None) for h in getattr(self.real, "workers", None) or [])
+        transport.forget(proc.pid for _, proc in worker_procs(self.real))
         self.real.shutdown()
 
     @property
