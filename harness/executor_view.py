@@ -141,24 +141,3 @@ class ExecutorView:
 
     def __getattr__(self, item: str) -> Any:
         return getattr(self.real, item)
-
-
-def release_zmq_contexts() -> int:
-    """Destroy leftover ZeroMQ contexts with linger 0; returns how many.
-
-    Some vLLM versions leave a context with open sockets behind a shut-down executor; its `__del__`
-    then blocks in `term()` forever when the garbage collector reaches it (seen with vLLM 0.20 at the
-    end of a pytest session). Call this only when every executor in the process is shut down.
-    """
-    import gc
-
-    try:
-        import zmq
-    except ImportError:
-        return 0
-    n = 0
-    for obj in gc.get_objects():
-        if isinstance(obj, zmq.Context) and not obj.closed:
-            obj.destroy(linger=0)
-            n += 1
-    return n

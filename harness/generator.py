@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import transport
+from harness import transport, zmq_contexts
 from harness.contracts import chunkedprefill, driver_contracts, kv_layout
 from harness.contracts.kv_helpers import install_import_aliases
 from harness.contracts.speculators_import import apply_import
@@ -56,6 +56,8 @@ class ShimState:
     executors: list = field(default_factory=list)
     disabled: frozenset = frozenset()
     rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S
+    #: zmq contexts created while the executor was built (see `zmq_contexts`), destroyed at shutdown.
+    zmq_contexts: weakref.WeakSet = field(default_factory=weakref.WeakSet)
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,7 @@ def _shutdown_all(state: ShimState) -> None:
             ex.shutdown()
         except Exception:  # noqa: BLE001 - best effort at exit; the next one must still run
             pass
+    zmq_contexts.destroy(state.zmq_contexts)  # after a failed start too: they must never reach the collector
 
 
 def read_model_config(model_path: str | os.PathLike) -> dict:
@@ -254,7 +257,9 @@ class HarnessGenerator:
         cls = generator_class(self.state, options)
         started = time.perf_counter()
         try:
-            self.spec = cls(str(model_path), layer_ids, max_model_len, gpu_memory_utilization, tensor_parallel_size)
+            with zmq_contexts.track(self.state.zmq_contexts):
+                self.spec = cls(str(model_path), layer_ids, max_model_len, gpu_memory_utilization,
+                                tensor_parallel_size)
         except BaseException:
             self.close()
             raise

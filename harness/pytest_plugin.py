@@ -328,9 +328,9 @@ def _write_report(rep: dict, directory: Path) -> tuple[Path, Path]:
 
 @pytest.hookimpl(trylast=True)  # after pytest's own teardown of session fixtures (generators closed)
 def pytest_sessionfinish(session, exitstatus):
-    from harness.executor_view import release_zmq_contexts
+    from harness import zmq_contexts
 
-    release_zmq_contexts()  # every generator is closed by now; see the function for why
+    zmq_contexts.destroy_all()  # every engine is shut down by now; see the module for why
     config = session.config
     if hasattr(config, "workerinput"):  # an xdist worker: the controller writes the report
         return

@@ -1,0 +1,63 @@
+"""The zmq contexts vLLM leaves to the garbage collector, closed by the harness before they can hang it.
+
+vLLM's `MultiprocExecutor` message queues (`shm_broadcast.MessageQueue`) create a zmq context each and never
+close it or its sockets. When the context and its sockets become garbage together, the cyclic collector
+clears the context's weak set of sockets first, so `Context.__del__` closes nothing and `zmq_ctx_term` waits
+for sockets that are still open: forever, in whichever thread triggered the collection, with Python signal
+handlers unable to run (a SIGTERM's KeyboardInterrupt raised there is even swallowed as "exception ignored
+in __del__"). Seen on vLLM 0.20: after a shim proof whose workers failed to start, the next test hung in
+`Context.__del__` until it was killed.
+
+The harness therefore records the contexts created while it builds an executor (`track`) and destroys them,
+sockets first with LINGER 0, once that executor is shut down or failed to start (`destroy`). `destroy_all`
+does the same for every context left in the process, for the end of a session when no engine is running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+
+
+@contextlib.contextmanager
+def track(into: weakref.WeakSet):
+    """Record in `into` every zmq context created inside the block (by any thread of this process)."""
+    try:
+        import zmq
+    except ImportError:  # no zmq, no vLLM executor: nothing to track
+        yield into
+        return
+    real_init = zmq.Context.__init__
+
+    def recording_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        into.add(self)
+
+    zmq.Context.__init__ = recording_init
+    try:
+        yield into
+    finally:
+        zmq.Context.__init__ = real_init
+
+
+def destroy(contexts) -> int:
+    """Close every socket of these contexts (LINGER 0) and terminate them; returns how many were open.
+    Call it only once the executor that used them is shut down: no thread may still poll their sockets."""
+    n = 0
+    for ctx in list(contexts):
+        if not ctx.closed:
+            ctx.destroy(linger=0)
+            n += 1
+    return n
+
+
+def destroy_all() -> int:
+    """`destroy` for every context in this process (a scan of the heap: seconds in a vLLM process; for the
+    end of a session, when every engine is shut down)."""
+    import gc
+
+    try:
+        import zmq
+    except ImportError:
+        return 0
+    return destroy(obj for obj in gc.get_objects() if isinstance(obj, zmq.Context))
