@@ -254,8 +254,13 @@ def measure(args) -> dict:
         if args.before:  # the copy-out as it was before harness.transport.CopyOut (this process, first)
             gen.copy_out = transport.CopyOut(enabled=False)
             out["before"] = one_round("before: copy-out on vLLM's 1 thread, fresh pages")
-            gen.copy_out = transport.CopyOut()
+            gen.copy_out = transport.CopyOut(workers=1)
         out["shipped"] = one_round("as shipped")
+        for k in args.copy_threads:  # the copy-out with k torch threads (an experiment, not shipped)
+            gen.copy_out = transport.CopyOut(threads=k)
+            out[f"copy_threads_{k}"] = one_round(f"copy-out on {k} torch threads")
+        gen.copy_out = transport.CopyOut(workers=1)
+        out["copy_threads_shipped"] = gen.copy_out.threads
         res = kept["results"]
         out["captured_bytes"] = sum(h.numel() * h.element_size() for r in res for h in r["hidden_states"])
         out["peak_gpu_bytes_extraction_worker"] = gen.executor_view.collective_rpc("_harness_peak_memory")[0]
@@ -288,6 +293,8 @@ def main() -> int:
     p.add_argument("--share", type=float, default=0.35, help="gpu_memory_utilization of each engine")
     p.add_argument("--attention-backend", default=None)
     p.add_argument("--cprofile", action="store_true")
+    p.add_argument("--copy-threads", type=lambda v: [int(x) for x in v.split(",")], default=[],
+                   help="extra rounds with speculators' copy-out on k torch threads, e.g. 2,4,8")
     p.add_argument("--before", action="store_true", help="first time the unoptimised copy-out (CopyOut off)")
     args = p.parse_args()
     out = measure(args)

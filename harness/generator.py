@@ -267,7 +267,7 @@ class HarnessGenerator:
             START_SECONDS.append(time.perf_counter() - started)
         self.layer_ids = list(self.spec.layer_ids)
         self.max_model_len = int(self.spec.vllm_config.model_config.max_model_len)
-        self.copy_out = transport.CopyOut()  # speculators' per-prompt copies into reused host memory
+        self.copy_out = transport.CopyOut(workers=tensor_parallel_size)  # speculators' per-prompt copies
         chunkedprefill.attach(self.executor_view, self.spec.scheduler)
 
     # -- the objects the contracts probe ----------------------------------------------------------

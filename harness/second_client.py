@@ -40,7 +40,7 @@ def wheel_dir(cache: Path | None = None) -> Path:
         root.mkdir(parents=True, exist_ok=True)
         wheel = next(a for a in sources.list_files("speculators")
                      if a.kind == "wheel" and sources.file_version(a) == Version(VERSION))
-        whl = sources._download(wheel, root)  # checked against the index's sha256
+        whl = sources.download(wheel, root)  # checked against the index's sha256
         tmp = root / "tree.tmp"
         with zipfile.ZipFile(whl) as z:
             z.extractall(tmp)

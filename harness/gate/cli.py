@@ -28,9 +28,13 @@ EPILOG = ("environment: HARNESS_PYPI_URL (the simple index to read vLLM from; de
 
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--to", required=True, dest="to_version", metavar="VERSION", help="the candidate vLLM version")
-    p.add_argument("--from", default=None, dest="from_version", metavar="VERSION",
-                   help="the vLLM version speculators runs on now (default: the last known good: "
+    p.add_argument("--to", required=True, dest="to_version", metavar="BUILD",
+                   help="the candidate vLLM: a version on the index (0.17, 0.34.0.dev12+gabc1234.cu130), a wheel or "
+                        "sdist file, a source folder (a git checkout records its commit), or the URL of a wheel or of "
+                        "an index page (a PEP 503 page, or a folder of vLLM's per-commit wheel index such as "
+                        "https://wheels.vllm.ai/<commit>/cpu/)")
+    p.add_argument("--from", default=None, dest="from_version", metavar="BUILD",
+                   help="the vLLM speculators runs on now, in any form --to takes (default: the last known good: "
                         "fixtures/gate/verified.toml if present, else the newest version whose committed env report "
                         "passes; the gate says which)")
     p.add_argument("--cache-dir", help="where vLLM sources are cached (default: $HARNESS_GATE_CACHE or .cache/gate)")
@@ -58,7 +62,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from harness import contracts
-    from harness.gate import allowlist, coverage, dynamic, sources, used_surface, verdict
+    from harness.gate import allowlist, artifacts, coverage, dynamic, sources, used_surface, verdict
 
     try:
         from harness.gate import static
@@ -67,10 +71,11 @@ def run(args) -> int:
         return 2
     t0 = time.perf_counter()
     try:
-        old, new, checkpoint = _checked_input(args)
+        old_spec, new_spec, checkpoint = _checked_input(args)
     except InputRefused as exc:
         print(f"harness gate: {exc}", file=sys.stderr)
         return 2
+    old, new = old_spec.label, new_spec.label
     meta: dict = {"speculators": args.speculators}
     if getattr(args, "from_reason", None):
         print(f"gate: --from not given: {old}, {args.from_reason}", file=sys.stderr)
@@ -87,8 +92,9 @@ def run(args) -> int:
         entries = allowlist.load(Path(args.allowlist) if args.allowlist else None)
         meta["allowlist"] = _display(Path(args.allowlist) if args.allowlist else allowlist.DEFAULT)
         meta["allowlist_entries"] = [e.to_json() for e in entries]
-        got = list(reversed([sources.ensure(v, args.cache_dir) for v in (new, old)]))  # the candidate first
-        meta["sources"] = {s.version: {"root": f"<gate cache>/{s.root.name}", "origin": s.origin} for s in got}
+        got = list(reversed([artifacts.fetch(spec, args.cache_dir) for spec in (new_spec, old_spec)]))  # candidate first
+        old, new = _side_label(got[0], old), _side_label(got[1], new)
+        meta["sources"] = {side: _provenance(s) for side, s in zip(("from", "to"), got)}
         t1 = time.perf_counter()
         old_facts, new_facts = static.read_versions([s.root for s in got], fixture)
         t2 = time.perf_counter()
@@ -103,12 +109,14 @@ def run(args) -> int:
     if checkpoint is not None:
         meta["model_config"] = {"file": Path(args.model_config).name, "sha256": checkpoint["sha256"]}
         coverage.attach_checkpoint_config(comparison.findings + comparison.carried, checkpoint["config"])
-    if args.dynamic:
-        meta["dynamic_rc"] = dynamic.run_env(new)
     wanted = args.dynamic or args.use_reports
+    release = new_spec.kind == "version"  # a matrix env runs the released build of that number, not this file
+    if args.dynamic and release:
+        meta["dynamic_rc"] = dynamic.run_env(new)
+    why_not = (dynamic.NOT_REQUESTED if not wanted else dynamic.reason(new) if release else
+               f"the candidate is a {new_spec.kind}, not a release a matrix env installs: only the static check ran")
     gate = verdict.decide(old, new, comparison, contracts.ids(), entries, _dt.date.today(),
-                          dynamic.dynamic_check(new) if wanted else None,
-                          dynamic.reason(new) if wanted else dynamic.NOT_REQUESTED)
+                          dynamic.dynamic_check(new) if wanted and release else None, why_not)
     meta["timings"]["total"] = round(time.perf_counter() - t0, 2)
     gate.meta = meta
     _write(gate, args, verdict)
@@ -119,20 +127,21 @@ class InputRefused(ValueError):
     """Bad input to the gate: one line, exit 2, nothing downloaded, no report written."""
 
 
-def _checked_input(args) -> tuple[str, str, dict | None]:
-    """Versions normalised (--to first), --model-config read, report paths writable, settings valid."""
+def _checked_input(args) -> tuple:
+    """Both sides parsed (--to first; versions normalised, files and folders exist), --model-config read, report
+    paths writable, settings valid."""
     import hashlib
     import os
 
-    from harness.gate import sources
+    from harness.gate import artifacts, sources
 
     if args.from_version is None:
         from harness.gate.baseline import last_known_good
 
         args.from_version, args.from_reason = last_known_good()
     try:
-        new = sources.normalize(args.to_version)
-        old = sources.normalize(args.from_version)
+        new = artifacts.parse(args.to_version)
+        old = artifacts.parse(args.from_version)
         sources.timeout_s()
     except (sources.VersionNotFound, sources.BadSetting) as exc:
         raise InputRefused(str(exc)) from None
@@ -156,6 +165,17 @@ def _checked_input(args) -> tuple[str, str, dict | None]:
                 target.exists() and not os.access(target, os.W_OK)):
             raise InputRefused(f"{flag} {value}: cannot write there (no such folder, not writable, or a folder)")
     return old, new, checkpoint
+
+
+def _side_label(got, label: str) -> str:
+    """A side's name in the report: its version once the sources say it (an index page's newest wheel)."""
+    return got.version if got.provenance and got.provenance.get("kind") == "index" else label
+
+
+def _provenance(got) -> dict:
+    where = "<source tree>" if got.origin == "source tree" else "<gate cache>"
+    record = {"root": f"{where}/{got.root.name}", **(got.provenance or {"origin": got.origin})}
+    return {k: v for k, v in record.items() if v is not None}
 
 
 def _display(path: Path) -> str:

@@ -75,6 +75,7 @@ class Sources:
     version: str
     root: Path
     origin: str  # "cache" or the archive it was extracted from
+    provenance: dict | None = None  # where they came from (see harness.gate.artifacts)
 
 
 def index_url() -> str:
@@ -132,9 +133,9 @@ def ensure(version: str, cache_dir: str | Path | None = None) -> Sources:
     artifact = choose(version, list_files())
     root = cache_root(cache_dir)
     root.mkdir(parents=True, exist_ok=True)
-    archive = _download(artifact, root)
+    archive = download(artifact, root)
     try:
-        folder = _extract(archive, artifact, root, version)
+        folder = extract(archive, artifact, root, f"{PROJECT}-{version}")
     finally:
         archive.unlink(missing_ok=True)
     return Sources(version, folder, artifact.filename)
@@ -170,7 +171,11 @@ class _Links(HTMLParser):
 
 def list_files(project: str = PROJECT) -> list[Artifact]:
     """Every file the index lists for a project (default vLLM; all versions)."""
-    page = f"{index_url()}/{project}/"
+    return list_page(f"{index_url()}/{project}/")
+
+
+def list_page(page: str) -> list[Artifact]:
+    """Every wheel and sdist a simple-API page lists (PEP 691 JSON, else PEP 503 HTML), links made absolute."""
     try:
         with _open(page, ACCEPT) as resp:
             ctype = resp.headers.get("Content-Type", "")
@@ -187,7 +192,7 @@ def list_files(project: str = PROJECT) -> list[Artifact]:
         for a in parser.links:
             url, _, fragment = a["href"].partition("#")
             sha = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else None
-            entries.append((PurePosixPath(urllib.parse.urlparse(url).path).name, url, sha, None))
+            entries.append((urllib.parse.unquote(PurePosixPath(urllib.parse.urlparse(url).path).name), url, sha, None))
     found = (_artifact(name, urllib.parse.urljoin(page, url), sha, size) for name, url, sha, size in entries)
     return [a for a in found if a is not None]
 
@@ -221,7 +226,7 @@ def choose(version: str, files: list[Artifact]) -> Artifact:
 
 
 # -- download and extraction -------------------------------------------------------------------------
-def _download(artifact: Artifact, root: Path) -> Path:
+def download(artifact: Artifact, root: Path) -> Path:
     fd, name = tempfile.mkstemp(prefix=f".{artifact.filename}.", suffix=".part", dir=root)
     path = Path(name)
     digest = hashlib.sha256()
@@ -272,8 +277,9 @@ def _members(archive: Path, artifact: Artifact):
                 yield m.group(1), t.extractfile(member).read()
 
 
-def _extract(archive: Path, artifact: Artifact, root: Path, version: str) -> Path:
-    final = root / f"{PROJECT}-{version}"
+def extract(archive: Path, artifact: Artifact, root: Path, name: str) -> Path:
+    """The archive's vllm/**/*.py as the cache folder `root/name`, which appears complete or not at all."""
+    final = root / name
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
     tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any other
     try:
@@ -293,7 +299,7 @@ def _extract(archive: Path, artifact: Artifact, root: Path, version: str) -> Pat
         try:
             os.rename(tmp, final)
         except OSError:
-            if cached(version, root) is None:
+            if not (final / PROJECT / "__init__.py").is_file():
                 raise
             shutil.rmtree(tmp)  # another process finished the same version first
         return final

@@ -170,16 +170,23 @@ def test_a_broken_cell_says_whose_fault_it_is(name, runs, expectations, record_e
 
 
 def test_shared_memory_hand_off_is_bit_identical_to_the_rpc(run, record_e2e):
-    """The captured states travel through /dev/shm (harness.transport) instead of the RPC reply: the results
-    must be the same bits as speculators' own RPC path on the same prompts, and the shared path must be used."""
+    """The captured states travel through /dev/shm (harness.transport) instead of the RPC reply, and the caller
+    copies them out on more than one thread into reused memory: the results must be the same bits as speculators'
+    own path (RPC reply, one thread, fresh pages) on the same prompts, and the shared path must be used."""
+    from harness import transport
+
     gen = run.generator
+    shipped = gen.copy_out
     batch = prompts(6, 40, 200, seed=12, vocab=run.model.vocab_size)
     before = gen.real_executor.collective_rpc("_harness_set_transport", args=("shm",))[0]
-    fast = gen.generate(batch)
-    used = gen.real_executor.collective_rpc("_harness_set_transport", args=("rpc",))[0] - before
+    gen.copy_out = transport.CopyOut(threads=2)
     try:
+        fast = gen.generate(batch)
+        used = gen.real_executor.collective_rpc("_harness_set_transport", args=("rpc",))[0] - before
+        gen.copy_out = transport.CopyOut(enabled=False)
         plain = gen.generate(batch)
     finally:
+        gen.copy_out = shipped
         gen.real_executor.collective_rpc("_harness_set_transport", args=("shm",))
     equal = all(torch.equal(a, b) for r1, r2 in zip(fast, plain) for a, b in zip(r1["hidden_states"], r2["hidden_states"]))
     record_e2e(run.model.name, "shared-memory hand-off == RPC reply, bitwise", "pass" if equal and used else "fail",

@@ -200,3 +200,13 @@ def test_a_run_on_a_vllm_without_expectations_is_observed_never_pass_nor_fail():
     assert report.judge(json.loads(json.dumps(failing)))[0] == "observed"
     held = _rep(rows=(row,))
     assert held["status"] == "fail", "held to expectations, an unexpected row still fails"
+
+
+def test_copy_threads_leave_a_core_per_worker_and_stay_bounded(monkeypatch):
+    """The caller's copy threads: cores less one per busy-polling worker and one spare, 1 to MAX_COPY_THREADS."""
+    from harness import transport
+
+    for cores, workers, want in ((2, 1, 1), (16, 1, 8), (16, 8, 7), (128, 8, 8), (4, 4, 1)):
+        monkeypatch.setattr(transport.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert transport.copy_threads(workers) == want, (cores, workers)
+    assert transport.CopyOut(enabled=False).threads is None  # the benchmark's "before": vLLM's setting
