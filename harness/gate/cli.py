@@ -28,7 +28,12 @@ EPILOG = ("environment: HARNESS_PYPI_URL (the simple index to read vLLM from; de
 
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--to", required=True, dest="to_version", metavar="BUILD",
+    p.add_argument("action", nargs="?", choices=("bisect",),
+                   help="bisect: name the first release in which --contract changes (see harness/gate/bisect.py)")
+    p.add_argument("--contract", help="with bisect: the contract id whose change is looked for")
+    p.add_argument("--between", nargs=2, metavar=("A", "B"),
+                   help="with bisect: the releases to search (default: 0.11.0 and the newest on the index)")
+    p.add_argument("--to", dest="to_version", metavar="BUILD",
                    help="the candidate vLLM: a version on the index (0.17, 0.34.0.dev12+gabc1234.cu130), a wheel or "
                         "sdist file, a source folder (a git checkout records its commit), or the URL of a wheel or of "
                         "an index page (a PEP 503 page, or a folder of vLLM's per-commit wheel index such as "
@@ -68,6 +73,16 @@ def run(args) -> int:
         from harness.gate import static
     except ImportError as exc:  # griffe is the gate's one extra dependency (the `gate` extra)
         print(f"harness gate: {exc}; install the gate's dependencies with `pip install -e .[gate]`", file=sys.stderr)
+        return 2
+    if args.action == "bisect":
+        if not args.contract:
+            print("harness gate bisect: --contract is required", file=sys.stderr)
+            return 2
+        from harness.gate import bisect
+
+        return bisect.run(args)
+    if not args.to_version:
+        print("harness gate: --to is required (or: gate bisect --contract ID)", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     try:
