@@ -119,6 +119,20 @@ def record_note(request):
     return record
 
 
+def outcome_to_prove(key: str, expectations):
+    """What a shim proof holds contract row `key` to: its expectation; where a build is observed without
+    expectations, the outcome this run's probe of the row observed (None when the row was not observed)."""
+    if not observe_only():
+        return expectations["table"].get(key)
+    from harness.contracts.base import Outcome
+    from harness.expectations import Expectation
+
+    data = _COLLECTOR.observations.get(key)
+    if data is None:
+        return None
+    return Expectation(key, Outcome(data["outcome"]), f"observed by this run's probe: {data.get('reason', '')}")
+
+
 def check_expected(obs, expectations) -> None:
     """Strict: the observed outcome must be the expected one, and an expectation must exist."""
     if observe_only():
