@@ -4,7 +4,8 @@ The static gate compares two versions; a team that finds a contract broken on a 
 broke. This walks the releases the index serves between A (default: the version speculators 0.3.0 was
 written for) and B (default: the newest release), reads each probed release's sources as the gate does
 (cached; about 10 s a version the first time), and bisects for the first release in which the contract has a
-finding relative to A. The neighbours are both read, so the answer is a pair: "absent in X, present in Y",
+finding relative to A (`--match TEXT`: only findings that mention TEXT, e.g. one keyword of a contract that
+changed more than once). The neighbours are both read, so the answer is a pair: "absent in X, present in Y",
 with the finding's evidence lines from Y's sources. It assumes a change, once made, stays (what bisection
 always assumes); where the finding comes and goes, the pair is still a real boundary, not necessarily the
 first. Per-commit builds are not bisected: vLLM's wheel index lists commits without their order.
@@ -47,8 +48,15 @@ def releases_between(a: str, b: str) -> list[str]:
     return [str(v) for v in sorted(v for v in found if v is not None and not v.is_prerelease and lo <= v <= hi)]
 
 
+def _matches(finding, text: str | None) -> bool:
+    """A finding of interest: all of the contract's, or those that mention `text` (a keyword, a helper name)."""
+    if not text:
+        return True
+    return any(text in str(x) for x in (finding.symbol, finding.kind, finding.old, finding.new, finding.detail))
+
+
 def bisect(contract: str, a: str | None = None, b: str | None = None, cache_dir=None, fixture: Path | None = None,
-           log=print) -> Bisection:
+           log=print, match: str | None = None) -> Bisection:
     from harness.gate import static, used_surface
 
     fixture = fixture or used_surface.fixture_path("0.3.0")
@@ -66,7 +74,7 @@ def bisect(contract: str, a: str | None = None, b: str | None = None, cache_dir=
         if version not in findings_at:
             root = sources.ensure(version, cache_dir).root
             facts = static.read_versions([root], fixture)[0]
-            found = [f for f in static.compare(base, facts).findings if f.contract == contract]
+            found = [f for f in static.compare(base, facts).findings if f.contract == contract and _matches(f, match)]
             findings_at[version] = found
             out.probed[version] = len(found)
             log(f"gate bisect: {version}: {len(found)} finding(s) for {contract}")
@@ -111,7 +119,7 @@ def run(args) -> int:
         return 2
     a, b = args.between or (None, None)
     try:
-        result = bisect(args.contract, a, b, args.cache_dir, log=lambda m: print(m, file=sys.stderr))
+        result = bisect(args.contract, a, b, args.cache_dir, log=lambda m: print(m, file=sys.stderr), match=args.match)
     except sources.SourceError as exc:
         print(f"harness gate bisect: {exc}", file=sys.stderr)
         return 2

@@ -31,6 +31,8 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("action", nargs="?", choices=("bisect",),
                    help="bisect: name the first release in which --contract changes (see harness/gate/bisect.py)")
     p.add_argument("--contract", help="with bisect: the contract id whose change is looked for")
+    p.add_argument("--match", metavar="TEXT", help="with bisect: only the contract's findings that mention TEXT "
+                   "(e.g. eos_token_id)")
     p.add_argument("--between", nargs=2, metavar=("A", "B"),
                    help="with bisect: the releases to search (default: 0.11.0 and the newest on the index)")
     p.add_argument("--to", dest="to_version", metavar="BUILD",
