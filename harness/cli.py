@@ -2,8 +2,9 @@
 
 Exit codes: 0 ok, 1 the run found a failure, 2 the command could not run (bad input, vLLM missing,
 no expectations for the installed vLLM), 3 the run is incomplete (something was skipped, not observed or
-interrupted; a subset the user asked for, e.g. `run -- -k twophase`, exits 0 with an incomplete report),
-4 a vLLM without expectations was observed (status `observed`, a draft expectations file beside the report).
+interrupted; a subset the user asked for, e.g. `run -- -k twophase`, exits 0 with an incomplete report; an
+interrupted observation too), 4 a vLLM without expectations was observed (status `observed`, a draft
+expectations file beside the report).
 """
 
 from __future__ import annotations
@@ -62,8 +63,11 @@ def cmd_run(args) -> int:
         from harness import expectations
 
         missing = not expectations.file_for(versions.vllm_version(), versions.device_type()).is_file()
-        if missing and not args.strict and not args.skip_expectation_check:
-            os.environ["HARNESS_OBSERVE"] = "1"  # inherited by every process the run starts
+        observing = missing and not args.strict and not args.skip_expectation_check
+        # Decided here for this run, inherited by every process it starts; never taken from an outer run (an
+        # observed run's own tests start strict runs of the CLI).
+        os.environ["HARNESS_OBSERVE"] = "1" if observing else "0"
+        if observing:
             print(f"harness: no expectations for vLLM {versions.vllm_version()} ({versions.device_type()}): observing "
                   "it (status `observed`, never pass); a draft expectations file is written beside the report",
                   file=sys.stderr)
@@ -118,8 +122,9 @@ def exit_code(pytest_rc: int, rep: dict | None) -> int:
         return pytest_rc
     if rep["status"] == "fail":
         return 1
-    if rep["status"] == "observed":
-        return OBSERVED
+    if rep["status"] == "observed":  # an observation cut short is incomplete first
+        stopped = {g["kind"] for g in rep.get("incomplete") or []} & {"interrupted", "stopped"}
+        return INCOMPLETE if stopped else OBSERVED
     if rep["status"] == "incomplete":
         kinds = {g["kind"] for g in rep["incomplete"]}
         asked = "subset" in kinds and not kinds & {"interrupted", "stopped"}

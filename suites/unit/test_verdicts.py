@@ -75,6 +75,7 @@ def test_a_report_from_before_selection_was_recorded_is_not_pass():
     ("pass", [], 0, 0), ("fail", [], 1, 1), ("fail", [], 0, 1),
     ("incomplete", ["subset", "not observed"], 0, 0),  # the user asked for a subset
     ("incomplete", ["skipped"], 0, cli.INCOMPLETE), ("incomplete", ["subset", "interrupted"], 2, cli.INCOMPLETE),
+    ("observed", ["failed"], 1, cli.OBSERVED), ("observed", ["interrupted"], 2, cli.INCOMPLETE),  # cut short
 ])
 def test_exit_code(status, kinds, pytest_rc, want):
     rep = {"status": status, "incomplete": [{"kind": k, "what": k} for k in kinds]}
