@@ -84,13 +84,21 @@ def load_file(path: Path) -> dict[str, Expectation]:
     return out
 
 
+def _shown(folder: Path) -> str:
+    """A folder as messages (and the reports that quote them) show it: relative to the repo, else its name."""
+    from harness.paths import REPO_ROOT
+
+    folder = Path(folder).resolve()
+    return str(folder.relative_to(REPO_ROOT)) if folder.is_relative_to(REPO_ROOT) else f"<{folder.name}>"
+
+
 def load(vllm_version: str, device_type: str, base: Path | None = None) -> tuple[Path, dict[str, Expectation]]:
     path = file_for(vllm_version, device_type, base)
     if not path.is_file():
         have = ", ".join(available(base)) or "none"
         raise NoExpectations(
             f"no expectations for vLLM {vllm_version} on {device_type}: {path.name} does not exist in "
-            f"{path.parent} (have: {have}). Add one (see README, 'Adding a vLLM version') before trusting a run.")
+            f"{_shown(path.parent)} (have: {have}). Add one (see README, 'Adding a vLLM version') before trusting a run.")
     return path, load_file(path)
 
 

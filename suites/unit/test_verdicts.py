@@ -135,7 +135,7 @@ def test_committed_reports_hold_no_machine_paths():
     """Machine paths say nothing to the next reader: the repo root, site directories, the GPU machine's
     install target and output folders are dropped before a report is written (a vLLM temp file name that a
     connector returned is evidence and stays)."""
-    machine = re.compile(r"/work/main/|/tmp/site/|/root/|/opt/torch|/usr/lib/python|/tmp/harness-models/|site-packages/")
+    machine = re.compile(r"/work/|/home/|/tmp/site/|/root/|/opt/torch|/usr/lib/python|/tmp/harness-models/|site-packages/")
     hits = [f"{p.name}: {m.group(0)}" for p in (REPO_ROOT / "reports").rglob("*") if p.suffix in (".json", ".md")
             for m in [machine.search(p.read_text())] if m]
     assert not hits, hits
