@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
+from packaging.version import InvalidVersion
 
 from harness.gate import sources
 from harness.gate.sources import PROJECT, Artifact, SourceError, Sources, VersionNotFound
@@ -73,15 +74,16 @@ def fetch(spec: Spec, cache_dir: str | Path | None = None) -> Sources:
     """The sources `spec` names, from the cache or fetched into it, with their provenance."""
     if spec.kind == "version":
         got = sources.ensure(spec.label, cache_dir)
-        commit = sources.dev_commit(got.version)
-        return _with(got, kind="version", origin=sources.index_url(), version=got.version, commit=commit,
-                     obtained="from the cache" if got.origin == "cache" else f"downloaded {got.origin} from the index")
+        return Sources(got.version, got.root, got.origin, {
+            "kind": "version", "origin": sources.index_url(), "version": got.version,
+            "commit": sources.dev_commit(got.version),
+            "obtained": "from the cache" if got.origin == "cache" else f"downloaded {got.origin} from the index"})
     if spec.kind == "tree":
         root = Path(spec.location)
         commit = _git_commit(root)
         return Sources(spec.label, root, "source tree", {
             "kind": "tree", "origin": f"source folder {root.name}", "version": _tree_version(root),
-            "commit": commit or sources_commit(spec.label), "obtained": "read in place"})
+            "commit": commit or _commit_of(spec.label), "obtained": "read in place"})
     if spec.kind in ("wheel", "sdist"):
         path = Path(spec.location)
         digest = _sha256(path)
@@ -89,7 +91,7 @@ def fetch(spec: Spec, cache_dir: str | Path | None = None) -> Sources:
         folder = _cached_or_extracted(path, artifact, cache_dir)
         return Sources(spec.label, folder, path.name, {
             "kind": spec.kind, "origin": f"local file {path.name}", "file": path.name, "sha256": digest,
-            "version": spec.label, "commit": sources_commit(spec.label), "obtained": "read from the local file"})
+            "version": spec.label, "commit": _commit_of(spec.label), "obtained": "read from the local file"})
     if spec.kind == "url-wheel":
         name = PurePosixPath(urllib.parse.unquote(urllib.parse.urlparse(spec.location).path)).name
         fragment = urllib.parse.urlparse(spec.location).fragment
@@ -102,10 +104,11 @@ def fetch(spec: Spec, cache_dir: str | Path | None = None) -> Sources:
     raise SourceError(f"unknown artifact kind {spec.kind!r}")
 
 
-def sources_commit(version: str | None) -> str | None:
+def _commit_of(label: str | None) -> str | None:
+    """The commit a dev version names (`+g<hash>`); None for a release or a label that is no version."""
     try:
-        return sources.dev_commit(version) if version else None
-    except Exception:  # noqa: BLE001 - a label that is not a version has no commit
+        return sources.dev_commit(label) if label else None
+    except InvalidVersion:
         return None
 
 
@@ -187,9 +190,8 @@ def _cached_or_extracted(archive: Path, artifact: Artifact, cache_dir) -> Path:
 def _download_and_read(artifact: Artifact, spec: Spec, cache_dir, origin: str, variant: str | None) -> Sources:
     root = sources.cache_root(cache_dir)
     root.mkdir(parents=True, exist_ok=True)
-    archive = sources.download(artifact, root)  # checks the sha256 the index gives, where it gives one
+    archive, digest = sources.download_hashed(artifact, root)  # checked against the index's sha256, if given
     try:
-        digest = _sha256(archive)
         folder = _cached_or_extracted(archive, Artifact(artifact.filename, artifact.url, digest, None, artifact.kind),
                                       cache_dir)
     finally:
@@ -197,12 +199,8 @@ def _download_and_read(artifact: Artifact, spec: Spec, cache_dir, origin: str, v
     version = _file_version(artifact.filename, artifact.kind)
     return Sources(version, folder, artifact.filename, {
         "kind": spec.kind, "origin": origin, "file": artifact.filename, "url": artifact.url, "sha256": digest,
-        "version": version, "commit": sources_commit(version), "variant": variant,
+        "version": version, "commit": _commit_of(version), "variant": variant,
         "obtained": f"downloaded {artifact.filename}"})
-
-
-def _with(got: Sources, **provenance) -> Sources:
-    return Sources(got.version, got.root, got.origin, provenance)
 
 
 # -- index pages ---------------------------------------------------------------------------------------

@@ -227,6 +227,12 @@ def choose(version: str, files: list[Artifact]) -> Artifact:
 
 # -- download and extraction -------------------------------------------------------------------------
 def download(artifact: Artifact, root: Path) -> Path:
+    return download_hashed(artifact, root)[0]
+
+
+def download_hashed(artifact: Artifact, root: Path) -> tuple[Path, str]:
+    """The artifact in a temporary file under `root`, checked against the index's sha256 where it gives one,
+    and the file's sha256 (computed while it arrives)."""
     fd, name = tempfile.mkstemp(prefix=f".{artifact.filename}.", suffix=".part", dir=root)
     path = Path(name)
     digest = hashlib.sha256()
@@ -248,7 +254,7 @@ def download(artifact: Artifact, root: Path) -> Path:
         path.unlink(missing_ok=True)
         raise SourceError(f"{artifact.filename}: sha256 {digest.hexdigest()} does not match the index's "
                           f"{artifact.sha256}")
-    return path
+    return path, digest.hexdigest()
 
 
 SDIST_MEMBER = re.compile(r"^[^/]+/(vllm/.+\.py)$")
