@@ -21,7 +21,9 @@ from harness.contracts.base import Attempt, Contract, Observation
 CONTRACT = Contract(
     id="mla",
     assumes="MLA attention runs on this platform (no VLLM_MLA_DISABLE needed)",
-    failures=(r"MLA is not supported on", r"MLA.*(not supported|unsupported)", r"did not start with MLA on"),
+    # vLLM 0.28's CPU MLA backend imports a flash-attn varlen helper from fa_utils that CPU builds lack.
+    failures=(r"MLA is not supported on", r"MLA.*(not supported|unsupported)",
+              r"cannot import name '\w*flash_attn\w*' from 'vllm\.v1\.attention\.backends\.fa_utils'"),
     shim="harness.contracts.mla.apply_env (VLLM_MLA_DISABLE=1)",
 )
 
