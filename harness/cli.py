@@ -55,7 +55,7 @@ def cmd_run(args) -> int:
     except versions.VllmNotInstalled as e:
         return _fail(str(e))
     from harness import fdio
-    from harness.pytest_plugin import observe_only
+    from harness.testing.recording import observe_only
 
     with tempfile.TemporaryFile() as held:
         with fdio.fds_to(held, (2,)):  # what libraries print while vLLM's platform is imported, held back:
@@ -89,9 +89,9 @@ def cmd_run(args) -> int:
     argv = [str(REPO_ROOT / s) for s in (args.suites or (QUICK_SUITES if args.quick else CPU_SUITES))]
     argv += ["--harness-env", args.env, "-p", "no:cacheprovider", *args.pytest_args]
     rc = int(pytest.main(argv))
-    from harness import pytest_plugin
+    from harness.testing.collector import COLLECTOR
 
-    rep = pytest_plugin.LAST_REPORT
+    rep = COLLECTOR.last_report
     if rep is not None and rep["status"] == "observed":
         print(observed_summary(rep))
     return exit_code(rc, rep)

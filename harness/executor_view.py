@@ -1,10 +1,10 @@
 """The executor as speculators sees it: the real `MultiprocExecutor`, behind a thin view.
 
 speculators calls `collective_rpc(..., unique_reply_rank=0)[0]` and `execute_model()` on its
-executor. vLLM calls the same methods on itself internally, so the two executor shims cannot be
-overrides on the executor class (vLLM's own `execute_model` relies on the single-reply
-`collective_rpc`). They live on this view, which speculators holds as `self.executor`; everything
-else is forwarded to the real executor untouched.
+executor. vLLM calls the same methods on itself internally, so shims on them cannot be overrides on
+the executor class (vLLM's own `execute_model` relies on the single-reply `collective_rpc`). The
+view applies the selected shims attached to speculators' calls (`Attach.RPC_REPLY`, `Attach.STEP`,
+`Attach.BEFORE_STATES`); everything else is forwarded to the real executor untouched.
 
 The view also carries the harness's lifecycle guarantees: every RPC gets a timeout (a hung worker
 becomes a clear `WorkerTimeout`, not a hang), and `shutdown()` is idempotent.
@@ -15,7 +15,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from harness import transport
+from harness import contracts, transport
+from harness.contracts.base import Attach
 
 
 class WorkerTimeout(RuntimeError):
@@ -54,35 +55,41 @@ def echo(worker: Any, value: Any) -> Any:
 
 
 class ExecutorView:
-    def __init__(self, real: Any, *, rpc_shim: bool, twophase_shim: bool, rpc_timeout_s: float):
+    def __init__(self, real: Any, state: Any, *, rpc_timeout_s: float):
+        """`state`: the generator's ShimState (its `disabled` set chooses the shims; shims may read it)."""
         self.real = real
+        self.state = state
         self.rpc_timeout_s = rpc_timeout_s
-        self.twophase_shim = twophase_shim
-        self.rpc_shim = rpc_shim
-        self.engaged: dict[str, int] = {"rpc": 0, "twophase": 0}
+        disabled = state.disabled
+        self._reply_shims = contracts.selected(Attach.RPC_REPLY, disabled)
+        self._step_shims = contracts.selected(Attach.STEP, disabled)
+        self._before_states = contracts.selected(Attach.BEFORE_STATES, disabled)
+        #: how often each selected shim of this view changed something, by contract id
+        self.engaged: dict[str, int] = {cid: 0 for cid, _ in self._reply_shims + self._step_shims}
         self.steps = 0  # execute_model() calls made by speculators (scheduler steps)
         self._lock = threading.Lock()
         self._closed = False
         self.died: str | None = None  # set once a worker is found dead; every later call raises WorkerDied
-        self.before_states = None  # called before speculators fetches the captured states (set by the generator)
         # Behavioural detection: ask rank 0 to echo a marker and look at what comes back.
         reply = self._rpc(echo, args=("marker",), unique_reply_rank=0)
         self.single_reply = reply == "marker"
         self.reply_shape = "single" if self.single_reply else type(reply).__name__
 
-    # -- the two executor shims ---------------------------------------------------------------
+    # -- speculators' two executor calls, with the shims attached to them ------------------------
     def collective_rpc(self, method: Any, timeout: float | None = None, args: tuple = (), kwargs: dict | None = None,
                        non_block: bool = False, unique_reply_rank: int | None = None, **extra: Any) -> Any:
-        if method == transport.METHOD and self.before_states is not None:
-            self.before_states()  # C-chunkedprefill: the workers learn the request order first
+        if method == transport.METHOD:
+            for _, shim in self._before_states:
+                shim.fn(self, self.state)
         out = self._rpc(method, timeout=timeout, args=args, kwargs=kwargs, non_block=non_block,
                         unique_reply_rank=unique_reply_rank, **extra)
         if method == transport.METHOD:  # the captured states may come as a shared-memory file
             out = transport.materialize(out)
-        if unique_reply_rank is not None and self.rpc_shim and self.single_reply:
-            # C-rpc: speculators indexes `[0]`, written for the list-of-one reply of vLLM <= 0.11.0.
-            self.engaged["rpc"] += 1
-            return [out]
+        for cid, shim in self._reply_shims:
+            shimmed = shim.fn(self, out, unique_reply_rank)
+            if shimmed is not out:
+                self.engaged[cid] += 1
+                out = shimmed
         return out
 
     def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
@@ -93,11 +100,9 @@ class ExecutorView:
             self._raise_if_dead(exc)
             raise
         self.steps += 1
-        if out is None and self.twophase_shim and hasattr(self.real, "sample_tokens"):
-            # C-twophase: the runner parked its state and waits for sample_tokens(); speculators
-            # never calls it, so the next execute_model() would raise the state error.
-            self.engaged["twophase"] += 1
-            self.real.sample_tokens(None)
+        for cid, shim in self._step_shims:
+            if shim.fn(self, out):
+                self.engaged[cid] += 1
         return out
 
     # -- lifecycle ------------------------------------------------------------------------------

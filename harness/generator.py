@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import transport, zmq_contexts
-from harness.contracts import chunkedprefill, driver_contracts, kv_layout
-from harness.contracts.kv_helpers import install_import_aliases
-from harness.contracts.speculators_import import apply_import
+from harness import contracts
+from harness.contracts import chunkedprefill
+from harness.contracts.base import Attach
 from harness.executor_view import ExecutorView
 from harness.namespace import rebind
 
@@ -58,6 +58,8 @@ class ShimState:
     rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S
     #: zmq contexts created while the executor was built (see `zmq_contexts`), destroyed at shutdown.
     zmq_contexts: weakref.WeakSet = field(default_factory=weakref.WeakSet)
+    #: Objects one contract's shims share across attach points, by contract id (e.g. C-chunkedprefill's guard).
+    per_contract: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,8 @@ def options_for(model, **overrides) -> Options:
 
 
 def _speculators_module():
-    apply_import()  # C-import: transformers 5 annotations need `torch` where pydantic evaluates them
-    install_import_aliases()  # C-kvhelpers: where the helpers moved, speculators' import must still work
+    for _, shim in contracts.selected(Attach.IMPORT):  # process-wide: no proof runs these in-process
+        shim.fn()
     import speculators.data_generation.vllm_hidden_states_generator as module
 
     return module
@@ -94,9 +96,8 @@ def overrides(state: ShimState, options: Options = Options()) -> dict[str, Any]:
     def current(name: str) -> Any:
         return ns.get(name, getattr(module, name))
 
-    for contract_module in driver_contracts():
-        if contract_module.CONTRACT.id not in state.disabled:
-            contract_module.apply(ns, current, state)
+    for _, shim in contracts.selected(Attach.GENERATOR, state.disabled):
+        shim.fn(ns, current, state)
 
     # Infrastructure (not shims): our worker extension, the executor view, config capture, options.
     real_parallel, real_vllm_config = current("ParallelConfig"), current("VllmConfig")
@@ -129,12 +130,11 @@ def overrides(state: ShimState, options: Options = Options()) -> dict[str, Any]:
     def MultiprocExecutor(vllm_config):  # noqa: N802
         real = real_executor_cls(vllm_config=vllm_config)
         state.executors.append(real)
-        view = ExecutorView(real, rpc_shim="rpc" not in state.disabled,
-                            twophase_shim="twophase" not in state.disabled, rpc_timeout_s=state.rpc_timeout_s)
+        view = ExecutorView(real, state, rpc_timeout_s=state.rpc_timeout_s)
         state.executors[-1] = view
         view.collective_rpc("_harness_configure", args=(sorted(state.disabled),))
-        if kv_layout.CONTRACT.id not in state.disabled:
-            kv_layout.apply_executor(real, vllm_config)  # C-kvlayout: what EngineCore would do here
+        for _, shim in contracts.selected(Attach.EXECUTOR, state.disabled):
+            shim.fn(view, state)
         return view
 
     real_tokenizer = current("AutoTokenizer")
@@ -268,7 +268,6 @@ class HarnessGenerator:
         self.layer_ids = list(self.spec.layer_ids)
         self.max_model_len = int(self.spec.vllm_config.model_config.max_model_len)
         self.copy_out = transport.CopyOut(workers=tensor_parallel_size)  # speculators' per-prompt copies
-        chunkedprefill.attach(self.executor_view, self.spec.scheduler)
 
     # -- the objects the contracts probe ----------------------------------------------------------
     @property
@@ -295,9 +294,6 @@ class HarnessGenerator:
     def generate(self, token_ids: list[list[int]]) -> list[dict]:
         prompts = self._checked(token_ids)
         limit = self.max_model_len - 1
-        guard = getattr(self.spec.scheduler, chunkedprefill.GUARD, None)
-        if guard is not None:
-            guard.arrivals.clear()
         with self.copy_out():
             results = self.spec.generate(prompts)
         # speculators captures each distinct layer once, in stack order (a set in the worker); give the

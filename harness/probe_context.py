@@ -108,10 +108,10 @@ class ProbeContext:
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.structured_output import StructuredOutputManager
 
-        from harness.contracts import scheduler
+        from harness.contracts import sched
 
         ns: dict = {}
-        scheduler.apply(ns, lambda name: ns.get(name, Scheduler), None)
+        sched.apply(ns, lambda name: ns.get(name, Scheduler), None)
         if vllm_config.cache_config.num_gpu_blocks is None:  # speculators sets it from its KV-cache plan
             vllm_config.cache_config.num_gpu_blocks = self.kv_cache_config.num_blocks
         return ns.get("Scheduler", Scheduler)(vllm_config=vllm_config, kv_cache_config=self.kv_cache_config,

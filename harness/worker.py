@@ -1,31 +1,30 @@
 """The worker extension the harness gives vLLM: speculators' own, with the worker-side shims.
 
 vLLM mixes `ParallelConfig.worker_extension_cls` into each worker. Ours subclasses speculators'
-`HiddenStatesWorkerExtension` and only changes `_setup_hidden_states_capture`: it runs
-speculators' method (rebound so that C-eagle3's shim stands in for `supports_eagle3`) between the
-C-kimistack alias (before) and the C-embed alias (after). Which shims run is decided here, on the
-real loaded model, by looking at it; a disabled set sent by the driver turns shims off for proofs.
+`HiddenStatesWorkerExtension`; around speculators' `_setup_hidden_states_capture` (run with the names the
+`Attach.WORKER_GLOBALS` shims replace) it applies the `Attach.WORKER` shims before and the
+`Attach.WORKER_AFTER` shims after, and the states and reset shims where speculators fetches and resets the
+capture. Which shims engage is decided here, on the real loaded model, by looking at it; a disabled set
+sent by the driver turns shims off for proofs.
 """
 
 from __future__ import annotations
 
 import time
 
-from harness.contracts.speculators_import import apply_import
+from harness import contracts
+from harness.contracts.base import Attach
 
-apply_import()  # C-import, in the worker process: before speculators is imported here
+for _, _shim in contracts.selected(Attach.IMPORT):  # in the worker process: before speculators is imported here
+    _shim.fn()
 
 from speculators.data_generation.custom_worker import HiddenStatesWorkerExtension  # noqa: E402
 
 from harness import transport  # noqa: E402
-from harness.contracts import chunkedprefill, eagle3, embed, kimi_stack  # noqa: E402
 from harness.contracts.base import Attempt  # noqa: E402
 from harness.namespace import rebind  # noqa: E402
 
-WORKER_SHIMS = (kimi_stack.CONTRACT.id, eagle3.CONTRACT.id, embed.CONTRACT.id)
-
-_SPECULATORS_AS_SHIPPED = HiddenStatesWorkerExtension
-_SPECULATORS_EAGLE3_SHIM = rebind(HiddenStatesWorkerExtension, {"supports_eagle3": eagle3.accepting})
+_SPECULATORS_MODULE_GLOBALS = vars(__import__("sys").modules[HiddenStatesWorkerExtension.__module__])
 
 
 #: Worker methods that run a forward (the warm-up's dummy run, the memory profile, speculators' steps).
@@ -61,30 +60,23 @@ def run_forward_in_config_context(worker) -> None:
 
 def setup_capture(worker, layer_ids, disabled: frozenset) -> dict:
     """speculators' capture set-up with the worker shims not in `disabled`; returns which ones engaged."""
-    from vllm.model_executor.models.interfaces import supports_eagle3
-
     run_forward_in_config_context(worker)
-    if chunkedprefill.CONTRACT.id not in disabled:
-        chunkedprefill.apply_worker(worker)
-    model = worker.model_runner.model
     engaged = {}
-    if kimi_stack.CONTRACT.id not in disabled:
-        engaged[kimi_stack.CONTRACT.id] = kimi_stack.apply_worker(model)
-    use_eagle3_shim = eagle3.CONTRACT.id not in disabled
-    spec_cls = _SPECULATORS_EAGLE3_SHIM if use_eagle3_shim else _SPECULATORS_AS_SHIPPED
-    engaged[eagle3.CONTRACT.id] = use_eagle3_shim and not supports_eagle3(model)
+    for cid, shim in contracts.selected(Attach.WORKER, disabled):
+        engaged[cid] = shim.fn(worker)
+    ns: dict = {}
+    for cid, shim in contracts.selected(Attach.WORKER_GLOBALS, disabled):
+        engaged[cid] = shim.fn(ns, lambda name: ns.get(name, _SPECULATORS_MODULE_GLOBALS[name]), worker)
+    spec_cls = rebind(HiddenStatesWorkerExtension, ns) if ns else HiddenStatesWorkerExtension
     spec_cls._setup_hidden_states_capture(worker, layer_ids)
-    if embed.CONTRACT.id not in disabled:
-        engaged[embed.CONTRACT.id] = embed.apply_worker(model.model)
-    worker._harness_engaged = engaged
-    return engaged
+    for cid, shim in contracts.selected(Attach.WORKER_AFTER, disabled):
+        engaged[cid] = shim.fn(worker)
+    worker._harness_engaged = {cid: bool(v) for cid, v in engaged.items() if v is not None}
+    return worker._harness_engaged
 
 
 def setup_attempts(worker, layer_ids, contract_id: str) -> dict:
     """speculators' set-up without `contract_id`'s shim, then with the worker's configured shims."""
-    model = worker.model_runner.model
-    if contract_id == kimi_stack.CONTRACT.id:
-        model.__dict__.pop("model", None)
     unshimmed, _ = Attempt.run(lambda: setup_capture(worker, layer_ids, frozenset({contract_id})))
     shimmed, _ = Attempt.run(lambda: setup_capture(worker, layer_ids, worker._harness_disabled))
     return {"unshimmed": unshimmed, "shimmed": shimmed}
@@ -112,18 +104,19 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
 
     _harness_captures: int = 0
 
-    def _harness_set_arrivals(self, arrivals) -> None:
-        chunkedprefill.set_arrivals(self, arrivals)
-
-    def _harness_reordered(self) -> int:
-        return chunkedprefill.reordered(self)
+    def _harness_call(self, fn, *args):
+        """Run `fn(worker, *args)` on this worker itself. A function sent as the RPC method is called with vLLM's
+        worker wrapper, which forwards reads to the worker but keeps attributes set on it for itself."""
+        return fn(self, *args)
 
     _harness_transport: str = "shm"
     _harness_publisher = None
 
     def _get_captured_states(self):
         """speculators' states, handed over through shared memory where there is room (harness.transport)."""
-        states = chunkedprefill.in_request_order(self, super()._get_captured_states())  # C-chunkedprefill
+        states = super()._get_captured_states()
+        for _, shim in contracts.selected(Attach.WORKER_STATES, self._harness_disabled):
+            states = shim.fn(self, states)
         if not states or self._harness_transport != "shm":
             return states
         if self._harness_publisher is None:
@@ -161,5 +154,6 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
 
     def _reset_capture(self):
         self._maybe_hang("_reset_capture")
-        chunkedprefill.reset(self)
+        for _, shim in contracts.selected(Attach.WORKER_RESET, self._harness_disabled):
+            shim.fn(self)
         return super()._reset_capture()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-pytest_plugins = ["harness.pytest_plugin"]
+pytest_plugins = ["harness.testing.plugin"]
 
 #: Layer ids of the shared generators: unordered on purpose, first/last layers and a MoE layer included.
 SHARED_LAYERS = {"tiny-llama": [5, 1, 3], "tiny-deepseek-v3": [3, 0, 1], "tiny-kimi-k25": [1, 3, 0]}

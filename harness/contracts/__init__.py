@@ -1,17 +1,23 @@
-"""The contracts speculators 0.3.0's generator relies on, one module each, in the order its run meets them.
+"""The contracts speculators 0.3.0's generator relies on, one module each, named after the contract's id.
 
-Each module holds the contract's statement (`CONTRACT`), its probe (`probe(ctx)`), and its shim
-(`apply(ns, current, state)` for the driver side, `apply_worker(...)`/`accepting` for the worker side).
+Each module holds the contract's statement (`CONTRACT`, with its shims as `Shim` objects that say where they
+attach), its probe (`probe(...)`), what its proof needs, and the upstream change that forced it. Everything
+else (the proof parametrisation, where each shim is applied, the gate's coverage, the README table) is
+derived from this registry.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
 
-MODULES = (
-    "speculators_import", "scheduler_config", "memory", "block_size", "kv_layout", "kv_helpers", "scheduler",
-    "request", "prefix_cache", "chunkedprefill",
-    "rpc", "twophase", "mla", "kimi_stack", "eagle3", "embed", "layers",
+from harness.contracts.base import Attach, Shim
+
+#: Contract ids in the order speculators' run meets them. The order matters where shims compose: shims on the
+#: same name apply in this order (C-chunkedprefill wraps the Scheduler that C-sched's shim builds).
+IDS = (
+    "import", "schedcfg", "memory", "blocksize", "kvlayout", "kvhelpers", "sched",
+    "request", "prefixcache", "chunkedprefill",
+    "rpc", "twophase", "mla", "kimistack", "eagle3", "embed", "layer",
 )
 #: Contracts probed once per model architecture (key "id[family]"); the others once per vLLM.
 PER_MODEL = ("mla", "kimistack", "eagle3", "embed", "layer")
@@ -19,13 +25,22 @@ PER_MODEL = ("mla", "kimistack", "eagle3", "embed", "layer")
 E2E_MODELS = ("tiny-llama", "tiny-deepseek-v3", "tiny-kimi-k25")
 
 
+def module_name(contract_id: str) -> str:
+    """The module a contract lives in: its id, with a trailing underscore where the id is a Python keyword."""
+    import keyword
+
+    return contract_id + "_" if keyword.iskeyword(contract_id) else contract_id
+
+
 def modules() -> list:
-    return [import_module(f"harness.contracts.{m}") for m in MODULES]
+    return [import_module(f"harness.contracts.{module_name(i)}") for i in IDS]
 
 
-def driver_contracts() -> list:
-    """Modules whose shim rewrites a name in speculators' generator module."""
-    return [m for m in modules() if hasattr(m, "apply")]
+def selected(attach: Attach, disabled=frozenset()) -> list[tuple[str, Shim]]:
+    """(contract id, shim) for every shim attached at `attach`, in registry order, leaving out the contracts
+    in `disabled` (a proof's run without one shim)."""
+    return [(m.CONTRACT.id, shim) for m in modules() if m.CONTRACT.id not in disabled
+            for shim in m.CONTRACT.shims_at(attach)]
 
 
 def by_id() -> dict:
@@ -45,7 +60,7 @@ def keys(families: list[str] | tuple[str, ...]) -> list[str]:
     return global_ids() + [f"{i}[{f}]" for f in families for i in PER_MODEL]
 
 
-#: The native-export cross-check's contract ids (suites/native; see harness.native_export): the first once per
+#: The native-export cross-check's contract ids (suites/native; see harness.native): the first once per
 #: vLLM, the others once per tiny model.
 NATIVE_GLOBAL = ("native-path",)
 NATIVE_PER_MODEL = ("native-config", "native-eagle3", "native-files", "native")

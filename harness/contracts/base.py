@@ -119,6 +119,69 @@ class Attempt:
         return f"{self.error_type}: {self.error}" + (f" @ {where}" if where else "")
 
 
+class Attach(str, enum.Enum):
+    """Where in speculators' run a shim takes effect, and so the signature of its function. Each site applies
+    every selected shim attached there in one loop (harness.generator, harness.executor_view, harness.worker)."""
+
+    #: fn(): before speculators is imported, in the driver and in each worker process.
+    IMPORT = "import"
+    #: fn(): the process environment, before the executor starts (decided per model by the contract's probe).
+    ENV = "env"
+    #: fn(ns, current, state): replaces names speculators' generator module looks up (`ns`; `current(name)` is
+    #: what the name resolves to so far, so shims on one name compose in registry order).
+    GENERATOR = "generator"
+    #: fn(view, state): once, right after the executor speculators holds has started.
+    EXECUTOR = "executor"
+    #: fn(view, reply, unique_reply_rank) -> reply: every collective_rpc reply speculators receives.
+    RPC_REPLY = "rpc-reply"
+    #: fn(view, output) -> engaged: after every execute_model() speculators calls.
+    STEP = "step"
+    #: fn(view, state): before speculators fetches a batch's captured states from the workers.
+    BEFORE_STATES = "before-states"
+    #: fn(worker) -> engaged: in each worker, before speculators' capture set-up.
+    WORKER = "worker"
+    #: fn(ns, current, worker) -> engaged: replaces names speculators' worker extension looks up.
+    WORKER_GLOBALS = "worker-globals"
+    #: fn(worker) -> engaged: in each worker, after speculators' capture set-up.
+    WORKER_AFTER = "worker-after"
+    #: fn(worker, states) -> states: the captured states a worker hands to speculators' driver.
+    WORKER_STATES = "worker-states"
+    #: fn(worker): when speculators resets the capture between batches.
+    WORKER_RESET = "worker-reset"
+
+
+@dataclass(frozen=True)
+class Shim:
+    """One piece of a contract's shim: the function (an object, never a name) and where it attaches."""
+
+    attach: Attach
+    fn: Callable
+    note: str = ""  # e.g. the variable an ENV shim sets
+
+    @property
+    def name(self) -> str:
+        return f"{self.fn.__module__}.{self.fn.__qualname__}" + (f" ({self.note})" if self.note else "")
+
+
+def _always(_finding) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class GateCover:
+    """For the static gate: a kind of change in vLLM's sources this contract's shim handles (harness.gate)."""
+
+    kind: str  # the finding's kind ("keyword-removed", "import-moved", ...)
+    fn: Callable  # the code that handles it: one of the contract's shim functions (or, C-layer, its guard)
+    reason: str  # what that code does about this kind of change
+    when: Callable = _always  # the exact change it handles: a predicate on the finding
+    condition: str = ""  # `when`, in words
+
+    @property
+    def shim(self) -> str:
+        return f"{self.fn.__module__}.{self.fn.__qualname__}"
+
+
 @dataclass(frozen=True)
 class Contract:
     """A contract's identity: what speculators assumes, how its unshimmed path fails, which shim fixes it."""
@@ -126,12 +189,28 @@ class Contract:
     id: str
     assumes: str
     failures: tuple[str, ...]
-    shim: str | None
+    shims: tuple[Shim, ...] = ()
     side: str = "driver"  # "driver": the generator process; "worker": inside vLLM's worker processes
     #: How the report words a native / a broken outcome (contracts that are not speculators' calls, such as
-    #: vLLM's own export in harness.native_export, say what holds instead).
+    #: vLLM's own export in harness.native, say what holds instead).
     native_says: str = "speculators' own call works"
     broken_says: str = "no shim restores it"
+    #: The upstream change that forced the contract (vLLM PR or release), cited where the shim is.
+    upstream: str = ""
+    #: For the static gate: the parts of speculators' vLLM surface this contract owns, as (import symbol glob,
+    #: chain after it or None for any chain); the kinds of change its shim covers; or why no reading of vLLM's
+    #: sources can decide it (`gate_outside`: the gate then takes each env's observed outcome).
+    gate_owns: tuple[tuple[str, str | None], ...] = ()
+    gate_covers: tuple[GateCover, ...] = ()
+    gate_outside: str | None = None
+
+    @property
+    def shim(self) -> str | None:
+        """The shim's name as reports and the gate print it (its first function; None: no shim)."""
+        return self.shims[0].name if self.shims else None
+
+    def shims_at(self, attach: Attach) -> list[Shim]:
+        return [s for s in self.shims if s.attach is attach]
 
     def documented(self, attempt: Attempt) -> bool:
         return not attempt.ok and any(re.search(p, attempt.text) for p in self.failures)

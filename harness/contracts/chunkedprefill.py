@@ -28,14 +28,7 @@ suite with transformers.
 
 from __future__ import annotations
 
-from harness.contracts.base import Attempt, Contract, Observation
-
-CONTRACT = Contract(
-    id="chunkedprefill",
-    assumes="a batch larger than one scheduler step comes back complete, each prompt's rows its own",
-    failures=(r"split across scheduler steps", r"came back with \[.*\] rows per layer", r"not in request order"),
-    shim="harness.contracts.chunkedprefill.apply",
-)
+from harness.contracts.base import Attach, Attempt, Contract, Observation, Shim
 
 #: The attribute on speculators' scheduler that holds the guard (tests and the probe switch it).
 GUARD = "_harness_prefill_guard"
@@ -57,6 +50,11 @@ class PrefillGuard:
     def add_request(self, request) -> None:
         self.arrivals.append(request.request_id)
         return self._add(request)
+
+    def take(self) -> list[str]:
+        """This batch's request ids in arrival order; the next batch starts a new list."""
+        out, self.arrivals = self.arrivals, []
+        return out
 
     def mid_prefill(self, request_id: str) -> bool:
         req = self.scheduler.requests.get(request_id)
@@ -84,6 +82,8 @@ def apply(ns: dict, current, state=None) -> None:
         sched.finish_requests = guard.finish_requests
         sched.add_request = guard.add_request
         setattr(sched, GUARD, guard)
+        if state is not None:
+            state.per_contract[CONTRACT.id] = guard
         return sched
 
     ns["Scheduler"] = Scheduler
@@ -108,13 +108,13 @@ def apply_worker(worker) -> None:
     worker._harness_segments_recorded = True
 
 
-def attach(view, scheduler) -> None:
+def announce_order(view, state) -> None:
     """Driver side: before speculators fetches the states, tell the workers the order of this batch's requests
     (only while the guard is on: the proof's unshimmed run must see speculators' own slicing)."""
-    guard = getattr(scheduler, GUARD, None)
+    guard = state.per_contract.get(CONTRACT.id)
     if guard is not None:
-        view.before_states = lambda: view.collective_rpc(
-            "_harness_set_arrivals", args=(list(guard.arrivals) if guard.enabled else None,))
+        arrivals = guard.take()
+        view.collective_rpc("_harness_call", args=(set_arrivals, arrivals if guard.enabled else None))
 
 
 def set_arrivals(worker, arrivals: list[str] | None) -> None:
@@ -225,7 +225,7 @@ def probe(ctx) -> Observation:
                            None, facts)
     batch = straddling_batch(facts["max_num_batched_tokens"], ctx.model.vocab_size)
     facts["batch"] = f"{len(batch)} prompts x {PROMPT_TOKENS} tokens = {len(batch) * PROMPT_TOKENS} tokens"
-    regrouped = lambda: gen.executor_view.collective_rpc("_harness_reordered")[0]  # noqa: E731 - rank 0 captures
+    regrouped = lambda: gen.executor_view.collective_rpc(reordered)[0]  # noqa: E731 - rank 0 captures
     guard.enabled, cut_before, kept_before, regrouped_before = False, guard.cut, guard.kept, regrouped()
     try:
         unshimmed, _ = Attempt.run(lambda: in_order(gen, batch))
@@ -239,3 +239,16 @@ def probe(ctx) -> Observation:
         facts["regrouped_shimmed"] = regrouped() - regrouped_before
     facts["shim_selected"] = guard.kept - kept_before > 0 or regrouped() - regrouped_before > 0
     return Observation(CONTRACT, unshimmed, shimmed, facts)
+
+
+CONTRACT = Contract(
+    id="chunkedprefill",
+    assumes="a batch larger than one scheduler step comes back complete, each prompt's rows its own",
+    failures=(r"split across scheduler steps", r"came back with \[.*\] rows per layer", r"not in request order"),
+    shims=(Shim(Attach.GENERATOR, apply), Shim(Attach.BEFORE_STATES, announce_order), Shim(Attach.WORKER, apply_worker),
+           Shim(Attach.WORKER_STATES, in_request_order), Shim(Attach.WORKER_RESET, reset)),
+    gate_outside="whether a batch over one step's budget is chunked or reordered is the scheduler's behaviour "
+                 "under load (defaults, queue order), not a signature: each env's run extracts such a batch",
+    upstream=('not one change: chunked prefill on by default in V1 (0.12.0 on in the config speculators '
+              'builds); speculators 0.4.0 fixed its own loop with per-request bookkeeping'),
+)

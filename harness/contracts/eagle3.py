@@ -9,21 +9,13 @@ accept a model whose stack has what the patched forward uses.
 
 from __future__ import annotations
 
-from harness.contracts.base import Contract, Observation
-
-CONTRACT = Contract(
-    id="eagle3",
-    assumes="supports_eagle3(model) is True for the target model",
-    failures=(r"Model \w+ does not support hidden state extraction",),
-    shim="harness.contracts.eagle3.accepting",
-    side="worker",
-)
+from harness.contracts.base import Attach, Contract, GateCover, Observation, Shim
 
 STACK_ATTRS = ("layers", "start_layer", "end_layer", "norm")
 
 
 def patchable(model) -> bool:
-    from harness.contracts.kimi_stack import decoder_stack
+    from harness.contracts.kimistack import decoder_stack
 
     try:
         stack = decoder_stack(model)
@@ -37,6 +29,13 @@ def accepting(model) -> bool:
     from vllm.model_executor.models.interfaces import supports_eagle3
 
     return bool(supports_eagle3(model)) or patchable(model)
+
+
+def accept_patchable(ns: dict, current, worker) -> bool:
+    """Stand `accepting` in for `supports_eagle3` in speculators' worker extension; engaged where vLLM's own
+    check refuses the loaded model."""
+    ns["supports_eagle3"] = accepting
+    return not current("supports_eagle3")(worker.model_runner.model)
 
 
 def worker_probe(worker, layer_ids) -> dict:
@@ -53,3 +52,18 @@ def probe(ctx) -> Observation:
     r = ctx.worker_call(worker_probe, ctx.layer_ids)
     return Observation.of(CONTRACT, r["unshimmed"], r["shimmed"], r["facts"],
                        subject=ctx.model.family)
+
+
+CONTRACT = Contract(
+    id="eagle3",
+    assumes="supports_eagle3(model) is True for the target model",
+    failures=(r"Model \w+ does not support hidden state extraction",),
+    shims=(Shim(Attach.WORKER_GLOBALS, accept_patchable),),
+    side="worker",
+    gate_owns=(("vllm.model_executor.models.interfaces:supports_eagle3", None),),
+    gate_covers=(GateCover("interface-missing", accept_patchable,
+                           f"accepts a model without SupportsEagle3 whose decoder stack has {', '.join(STACK_ATTRS)}",
+                           lambda f: not f.detail.get("stack_missing"), "the decoder stack still has those attributes"),),
+    upstream=('vLLM 0.18.0 added SupportsEagle3 to DeepseekV2/V3 and Kimi-K2.5; before, supports_eagle3() '
+              'refuses them'),
+)

@@ -8,16 +8,7 @@ text-only prefill raises AttributeError inside the worker. Shim (in the worker):
 
 from __future__ import annotations
 
-from harness.contracts.base import Attempt, Contract, Observation
-
-CONTRACT = Contract(
-    id="embed",
-    assumes="the decoder stack (model.model) has get_input_embeddings(input_ids)",
-    failures=(r"has no attribute 'get_input_embeddings'",),
-    shim="harness.contracts.embed.apply_worker",
-    side="worker",
-)
-
+from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 
 def needed(stack) -> bool:
     return not _has_own(stack, "get_input_embeddings") and hasattr(stack, "embed_input_ids")
@@ -31,7 +22,12 @@ def _has_own(stack, name: str) -> bool:
         return False
 
 
-def apply_worker(stack) -> bool:
+def apply_worker(worker) -> bool:
+    """Alias `get_input_embeddings` on the decoder stack speculators' capture set-up found (`model.model`)."""
+    return alias_embeddings(worker.model_runner.model.model)
+
+
+def alias_embeddings(stack) -> bool:
     if not needed(stack):
         return False
     stack.__dict__["get_input_embeddings"] = stack.embed_input_ids
@@ -42,7 +38,7 @@ def worker_probe(worker) -> dict:
     """Runs inside a vLLM worker (sent as an RPC)."""
     import torch
 
-    from harness.contracts.kimi_stack import decoder_stack
+    from harness.contracts.kimistack import decoder_stack
 
     stack = decoder_stack(worker.model_runner.model)
     ids = torch.tensor([1, 2, 3], device=next(stack.parameters()).device)
@@ -52,7 +48,7 @@ def worker_probe(worker) -> dict:
     finally:
         if alias is not None:
             stack.__dict__["get_input_embeddings"] = alias
-    shimmed, out = Attempt.run(lambda: (apply_worker(stack), stack.get_input_embeddings(ids))[1])
+    shimmed, out = Attempt.run(lambda: (alias_embeddings(stack), stack.get_input_embeddings(ids))[1])
     facts = {"stack": type(stack).__name__, "has_get_input_embeddings": _has_own(stack, "get_input_embeddings"),
              "has_embed_input_ids": hasattr(stack, "embed_input_ids")}
     if out is not None and hasattr(stack, "embed_input_ids"):
@@ -64,3 +60,15 @@ def probe(ctx) -> Observation:
     r = ctx.worker_call(worker_probe)
     return Observation.of(CONTRACT, r["unshimmed"], r["shimmed"], r["facts"],
                        subject=ctx.model.family)
+
+
+CONTRACT = Contract(
+    id="embed",
+    assumes="the decoder stack (model.model) has get_input_embeddings(input_ids)",
+    failures=(r"has no attribute 'get_input_embeddings'",),
+    shims=(Shim(Attach.WORKER_AFTER, apply_worker),),
+    side="worker",
+    gate_covers=(GateCover("method-renamed", apply_worker, "aliases get_input_embeddings to embed_input_ids on the stack instance",
+                           lambda f: f.detail.get("new_name") == "embed_input_ids", "the stack has embed_input_ids"),),
+    upstream='vLLM #27583 renamed get_input_embeddings to embed_input_ids (0.11.1); #30469 removed the fallback',
+)

@@ -16,16 +16,7 @@ from __future__ import annotations
 import inspect
 import os
 
-from harness.contracts.base import Attempt, Contract, Observation
-
-CONTRACT = Contract(
-    id="mla",
-    assumes="MLA attention runs on this platform (no VLLM_MLA_DISABLE needed)",
-    # vLLM 0.28's CPU MLA backend imports a flash-attn varlen helper from fa_utils that CPU builds lack.
-    failures=(r"MLA is not supported on", r"MLA.*(not supported|unsupported)",
-              r"cannot import name '\w*flash_attn\w*' from 'vllm\.v1\.attention\.backends\.fa_utils'"),
-    shim="harness.contracts.mla.apply_env (VLLM_MLA_DISABLE=1)",
-)
+from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 
 ENV = "VLLM_MLA_DISABLE"
 
@@ -190,3 +181,18 @@ def start(model, start_fn, backend: str | None = None):
     _PREPARED[model.name] = True
     second, gen = Attempt.run(start_fn)
     return gen, second, True, first
+
+
+CONTRACT = Contract(
+    id="mla",
+    assumes="MLA attention runs on this platform (no VLLM_MLA_DISABLE needed)",
+    # vLLM 0.28's CPU MLA backend imports a flash-attn varlen helper from fa_utils that CPU builds lack.
+    failures=(r"MLA is not supported on", r"MLA.*(not supported|unsupported)",
+              r"cannot import name '\w*flash_attn\w*' from 'vllm\.v1\.attention\.backends\.fa_utils'"),
+    shims=(Shim(Attach.ENV, apply_env, note=f"{ENV}=1"),),
+    gate_covers=(GateCover("platform-rejects-mla", apply_env,
+                           "runs with VLLM_MLA_DISABLE=1: vLLM expands MLA to multi-head attention over the same weights",
+                           lambda f: bool(f.detail.get("env_defined")), "vllm.envs still defines VLLM_MLA_DISABLE"),),
+    upstream=("CPU builds before 0.32.0 have no MLA backend; 0.28.0's CPU MLA backend imports a flash-attn "
+              'helper CPU builds lack'),
+)

@@ -15,24 +15,11 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from harness.contracts.base import Attempt, Contract, Observation
+from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 
 #: Shims also left out in both arms of the proof: the block-hash requirement only bites with prefix
 #: caching on (vLLM's default), so C-prefixcache's shim must be off for this shim to be exercised.
 PROOF_CONTEXT = frozenset({"prefixcache"})
-
-CONTRACT = Contract(
-    id="request",
-    assumes="Request(request_id=, prompt_token_ids=, sampling_params=, pooling_params=, eos_token_id=, "
-    "arrival_time=) is prefilled by the scheduler, prompts of one full block or more included",
-    failures=(
-        r"AssertionError: .*@ .*block_pool\.py",
-        r"IndexError: .*@ .*block_pool\.py",
-        r"TypeError: .*unexpected keyword argument 'eos_token_id'",
-    ),
-    shim="harness.contracts.request.apply",
-)
-
 
 def _params() -> dict:
     from vllm.v1.request import Request
@@ -49,7 +36,7 @@ def takes_block_hasher() -> bool:
 
 
 def needed() -> bool:
-    from harness.contracts.prefix_cache import caching_default
+    from harness.contracts.prefixcache import caching_default
 
     return not takes_eos() or (takes_block_hasher() and caching_default())
 
@@ -74,7 +61,7 @@ def block_hasher_for(vllm_config):
     """
     from vllm.v1.core import kv_cache_utils
 
-    from harness.contracts.scheduler import block_size_of
+    from harness.contracts.sched import block_size_of
 
     key = (block_size_of(vllm_config), vllm_config.cache_config.prefix_caching_hash_algo)
     if key not in _HASHERS:
@@ -130,3 +117,29 @@ def probe(ctx) -> Observation:
     if seen:
         facts["shimmed_prefill"] = seen
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
+
+
+CONTRACT = Contract(
+    id="request",
+    assumes="Request(request_id=, prompt_token_ids=, sampling_params=, pooling_params=, eos_token_id=, "
+    "arrival_time=) is prefilled by the scheduler, prompts of one full block or more included",
+    failures=(
+        r"AssertionError: .*@ .*block_pool\.py",
+        r"IndexError: .*@ .*block_pool\.py",
+        r"TypeError: .*unexpected keyword argument 'eos_token_id'",
+    ),
+    shims=(Shim(Attach.GENERATOR, apply),),
+    gate_owns=(("vllm.v1.request:Request", ""),),
+    gate_covers=(
+        GateCover("keyword-removed", apply,
+                  "drops eos_token_id where Request no longer takes it (a prefill-only request never reaches EOS)",
+                  lambda f: f.detail.get("keyword") == "eos_token_id", "the keyword is eos_token_id"),
+        GateCover("block-hashes-required", apply,
+                  "attaches vLLM's own request block hasher, built the way EngineCore builds it, when the config "
+                  "caches prefixes",
+                  lambda f: bool(f.detail.get("hasher_helpers_present")),
+                  "kv_cache_utils still has get_request_block_hasher and init_none_hash"),
+    ),
+    upstream=('vLLM 0.12.0 requires block hashes on a Request when prefix caching is on and dropped '
+              'eos_token_id from Request'),
+)

@@ -9,16 +9,8 @@ single reply in a list; which reply shape the executor has is learned by an echo
 
 from __future__ import annotations
 
-from harness.contracts.base import Attempt, Contract, Observation
+from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 from harness.executor_view import echo
-
-CONTRACT = Contract(
-    id="rpc",
-    assumes="collective_rpc(method, unique_reply_rank=0) returns [rank-0 reply]",
-    failures=(r"Boolean value of Tensor with more than one value is ambiguous",),
-    shim="harness.executor_view.ExecutorView.collective_rpc",
-)
-
 
 def speculators_read(rpc, layers):
     """What speculators does with the reply (vllm_hidden_states_generator.generate)."""
@@ -27,6 +19,14 @@ def speculators_read(rpc, layers):
     if not aux_hidden_states:
         raise RuntimeError("Failed to capture hidden states from worker")
     return len(aux_hidden_states)
+
+
+def reply_as_list(view, reply, unique_reply_rank):
+    """speculators indexes `[0]` into a single-rank reply, written for the list-of-one of vLLM <= 0.11.0; where
+    the executor returns the reply itself (learned by an echo RPC when the view starts), wrap it."""
+    if unique_reply_rank is None or not view.single_reply:
+        return reply
+    return [reply]
 
 
 def probe(ctx) -> Observation:
@@ -42,3 +42,17 @@ def probe(ctx) -> Observation:
     if n is not None:
         facts["layers_read_through_shim"] = n
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
+
+
+CONTRACT = Contract(
+    id="rpc",
+    assumes="collective_rpc(method, unique_reply_rank=0) returns [rank-0 reply]",
+    failures=(r"Boolean value of Tensor with more than one value is ambiguous",),
+    shims=(Shim(Attach.RPC_REPLY, reply_as_list),),
+    gate_owns=(("vllm.v1.executor.multiproc_executor:MultiprocExecutor", "().collective_rpc"),),
+    gate_covers=(GateCover("reply-unwrapped", reply_as_list,
+                           "wraps rank 0's single reply in a list, as speculators indexes [0] (reply shape learned by an "
+                           "echo RPC)"),),
+    upstream=("vLLM 0.11.1's MultiprocExecutor.collective_rpc returns rank unique_reply_rank's reply itself, no"
+              ' longer a list of one'),
+)

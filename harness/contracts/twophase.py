@@ -11,14 +11,15 @@ Shim (on the executor view): after an `execute_model()` that returned None, call
 
 from __future__ import annotations
 
-from harness.contracts.base import Attempt, Contract, Observation
+from harness.contracts.base import Attach, Contract, GateCover, Observation, Shim
 
-CONTRACT = Contract(
-    id="twophase",
-    assumes="execute_model(scheduler_output) may be called again without sample_tokens()",
-    failures=(r"State error: sample_tokens\(\) must be called after execute_model\(\) returns None",),
-    shim="harness.executor_view.ExecutorView.execute_model",
-)
+def sample_after_step(view, output) -> bool:
+    """After an execute_model() that returned None, call sample_tokens(None) as EngineCore does: the runner
+    parked its state for it, and speculators never calls it, so its next execute_model() would fail."""
+    if output is None and hasattr(view.real, "sample_tokens"):
+        view.real.sample_tokens(None)
+        return True
+    return False
 
 
 def _step(ctx, sched, n_tokens: int):
@@ -80,3 +81,17 @@ def probe(ctx) -> Observation:
     facts = {"by_async_scheduling": per_mode, "shim_selected": "engages when execute_model returns None"}
     unshimmed = primary["unshimmed"]
     return Observation.of(CONTRACT, unshimmed, primary["shimmed"], facts)
+
+
+CONTRACT = Contract(
+    id="twophase",
+    assumes="execute_model(scheduler_output) may be called again without sample_tokens()",
+    failures=(r"State error: sample_tokens\(\) must be called after execute_model\(\) returns None",),
+    shims=(Shim(Attach.STEP, sample_after_step),),
+    gate_owns=(("vllm.v1.executor.multiproc_executor:MultiprocExecutor", "().execute_model"),),
+    gate_covers=(GateCover("two-phase-execute", sample_after_step,
+                           "calls sample_tokens(None) after an execute_model() that returned None, as EngineCore does",
+                           lambda f: bool(f.detail.get("executor_sample_tokens")), "the executor has sample_tokens"),),
+    upstream=('vLLM #26866 (async scheduling + structured outputs) made execute_model() return None and park '
+              'its state until sample_tokens() (0.11.1)'),
+)

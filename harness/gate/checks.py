@@ -13,8 +13,8 @@ from __future__ import annotations
 import ast
 import re
 
-from harness.contracts import (block_size, eagle3, embed, kimi_stack, kv_helpers, kv_layout, layers, memory, mla,
-                               prefix_cache, request, rpc, twophase)
+from harness.contracts import (blocksize, eagle3, embed, kimistack, kvhelpers, kvlayout, layer, memory, mla,
+                               prefixcache, request, rpc, twophase)
 from harness.gate.facts import Fact
 from harness.gate.tree import Tree
 from harness.gate.used_surface import UsedSurface
@@ -147,8 +147,8 @@ def prefix_caching(tree: Tree, used: UsedSurface, follower) -> list[Fact]:
     symbol = f"{_imported(used, 'CacheConfig')}.enable_prefix_caching"
     attr, on = _caching(tree, used, follower)
     if attr is None:
-        return [_not_found(prefix_cache.CONTRACT.id, symbol, "default", "CacheConfig.enable_prefix_caching")]
-    return [Fact(prefix_cache.CONTRACT.id, symbol, "default", f"default {_default(attr)}", not on, "default-changed",
+        return [_not_found(prefixcache.CONTRACT.id, symbol, "default", "CacheConfig.enable_prefix_caching")]
+    return [Fact(prefixcache.CONTRACT.id, symbol, "default", f"default {_default(attr)}", not on, "default-changed",
                  tree.where(attr, attr.lineno))]
 
 
@@ -162,7 +162,7 @@ def block_hashes(tree: Tree, used: UsedSurface, follower) -> list[Fact]:
     param = sig.named("block_hasher")
     passed = any("block_hasher" in c.keywords for c in used.calls_named("Request"))
     needed = param is not None and not passed and caching_on
-    helpers = all(tree.lookup(f"{kv_helpers.OLD_HOME}.{h}") is not None for h in HASHER_HELPERS)
+    helpers = all(tree.lookup(f"{kvhelpers.OLD_HOME}.{h}") is not None for h in HASHER_HELPERS)
     value = "needed: prefix caching is on by default and speculators passes no block_hasher" if needed else "not needed"
     evidence = f"{sig.where.rsplit(':', 1)[0]}:{param.line}" if needed and param.line else tree.where(attr, attr.lineno)
     return [Fact(request.CONTRACT.id, f"{symbol}(block_hasher=)", "block-hashes", value, not needed,
@@ -219,12 +219,12 @@ def kimi_stack_path(tree: Tree, used: UsedSurface, follower) -> list[Fact]:
     module, name, _ = KIMI
     symbol = f"{module}:{name}.model"
     if tree.module_file(module) is None:
-        return [Fact(kimi_stack.CONTRACT.id, symbol, "stack-path", "absent (no such model)", True)]
+        return [Fact(kimistack.CONTRACT.id, symbol, "stack-path", "absent (no such model)", True)]
     cls = tree.lookup(f"{module}.{name}")
     init = tree.member(cls, "__init__") if cls is not None else None
     node = tree.node(init) if init is not None else None
     if node is None:
-        return [_not_found(kimi_stack.CONTRACT.id, symbol, "stack-path", f"{name}.__init__")]
+        return [_not_found(kimistack.CONTRACT.id, symbol, "stack-path", f"{name}.__init__")]
     own, lm = _assigned(node, "model"), _assigned(node, "language_model")
     if own is not None:
         path, line = "model", own.lineno
@@ -242,8 +242,8 @@ def kimi_stack_path(tree: Tree, used: UsedSurface, follower) -> list[Fact]:
     else:
         path, line = None, node.lineno
     if path is None:
-        return [_not_found(kimi_stack.CONTRACT.id, symbol, "stack-path", "a recognisable decoder stack")]
-    return [Fact(kimi_stack.CONTRACT.id, symbol, "stack-path", path, path == "model", "stack-moved",
+        return [_not_found(kimistack.CONTRACT.id, symbol, "stack-path", "a recognisable decoder stack")]
+    return [Fact(kimistack.CONTRACT.id, symbol, "stack-path", path, path == "model", "stack-moved",
                  tree.where(init, line), detail={"path": path})]
 
 
@@ -261,28 +261,28 @@ def layer_calls(tree: Tree, used: UsedSurface, follower) -> list[Fact]:
         return []
     passes = set(spec_calls[0].keywords)
     facts = []
-    for module, stack, layer, _ in FAMILIES.values():
+    for module, stack, layer_cls, _ in FAMILIES.values():
         forward = tree.member(tree.lookup(f"{module}.{stack}"), "forward")
         node = tree.node(forward) if forward is not None else None
-        layer_fwd = tree.member(tree.lookup(f"{module}.{layer}"), "forward")
+        layer_fwd = tree.member(tree.lookup(f"{module}.{layer_cls}"), "forward")
         if node is None or layer_fwd is None:
-            facts.append(_not_found(layers.CONTRACT.id, f"{module}:{stack}.forward", "layer-call", f"{stack}/{layer}"))
+            facts.append(_not_found(layer.CONTRACT.id, f"{module}:{stack}.forward", "layer-call", f"{stack}/{layer_cls}"))
             continue
         own = [n for n in ast.walk(node) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "layer"]
         if not own:
-            facts.append(_not_found(layers.CONTRACT.id, f"{module}:{stack}.forward", "layer-call", "layer(...) call"))
+            facts.append(_not_found(layer.CONTRACT.id, f"{module}:{stack}.forward", "layer-call", "layer(...) call"))
             continue
         passed = _passed(own[0])
         # `**kwargs` the stack's forward only forwards from its own caller are not values the stack
         # computes; were any passed, speculators' replacement forward would refuse them loudly.
         forwarded = {f"**{p.name}" for p in forward.parameters if p.kind.value == "variadic keyword"}
         extra = sorted(set(passed) - passes - forwarded)
-        facts.append(Fact(layers.CONTRACT.id, f"{module}:{stack}.forward", "layer-call", ", ".join(passed),
+        facts.append(Fact(layer.CONTRACT.id, f"{module}:{stack}.forward", "layer-call", ", ".join(passed),
                           not extra, "layer-call-extended", tree.where(forward, own[0].lineno),
                           detail={"not_passed_by_speculators": extra}))
-        ref = Ref(f"{module}:{layer}", "().forward", layer_fwd, bound=True)
+        ref = Ref(f"{module}:{layer_cls}", "().forward", layer_fwd, bound=True)
         for call in spec_calls:
-            facts += call_facts(tree, ref, call, layers.CONTRACT.id)
+            facts += call_facts(tree, ref, call, layer.CONTRACT.id)
     return facts
 
 
@@ -325,11 +325,11 @@ CPU_ATTENTION = ("vllm.v1.attention.backends.cpu_attn", "get_supported_kernel_bl
 def kv_layout_resolution(tree: Tree, used: UsedSurface, follower) -> list[Fact]:
     f = tree.module_file(CACHE_CONFIG)
     if f is None:
-        return [_not_found(kv_layout.CONTRACT.id, f"{CACHE_CONFIG}:CacheConfig", "layout", "vllm/config/cache.py")]
+        return [_not_found(kvlayout.CONTRACT.id, f"{CACHE_CONFIG}:CacheConfig", "layout", "vllm/config/cache.py")]
     lines = tree.string_lines(CACHE_CONFIG, LAYOUT_UNRESOLVED)
     resolver = tree.module_file(LAYOUT_RESOLVER)
     has_resolver = resolver is not None and "def resolve_kv_cache_layout" in resolver.read_text()
-    return [Fact(kv_layout.CONTRACT.id, f"{CACHE_CONFIG}:CacheConfig.get_resolved_kv_cache_layout", "layout",
+    return [Fact(kvlayout.CONTRACT.id, f"{CACHE_CONFIG}:CacheConfig.get_resolved_kv_cache_layout", "layout",
                  "must be resolved by EngineCore first" if lines else "no resolution step", not lines,
                  "layout-resolution-required", f"{f.relative_to(tree.root)}:{lines[0] if lines else 1}",
                  detail={"resolver_present": has_resolver})]
@@ -339,17 +339,17 @@ def cpu_kernel_block_sizes(tree: Tree, used: UsedSurface, follower) -> list[Fact
     module, method = CPU_ATTENTION
     f = tree.module_file(module)
     if f is None:
-        return [Fact(block_size.CONTRACT.id, f"{module}:{method}", "block-size", "no CPU attention backend", True)]
+        return [Fact(blocksize.CONTRACT.id, f"{module}:{method}", "block-size", "no CPU attention backend", True)]
     node = next((n for n in ast.walk(_parse_file(f)) if isinstance(n, ast.FunctionDef) and n.name == method), None)
     if node is None:
-        return [Fact(block_size.CONTRACT.id, f"{module}:{method}", "block-size", "declares none", True, None,
+        return [Fact(blocksize.CONTRACT.id, f"{module}:{method}", "block-size", "declares none", True, None,
                      f"{f.relative_to(tree.root)}:1")]
     ret = next((n for n in ast.walk(node) if isinstance(n, ast.Return) and n.value is not None), None)
     text = ast.unparse(ret.value) if ret is not None else "?"
     ints = [int(x) for x in re.findall(r"(?<![\w(])(\d+)(?![\w)])", text)]
     multiples = [int(x) for x in re.findall(r"MultipleOf\((\d+)\)", text)]
-    takes_16 = block_size.SPECULATORS_BLOCK_SIZE in ints or any(block_size.SPECULATORS_BLOCK_SIZE % m == 0 for m in multiples)
-    return [Fact(block_size.CONTRACT.id, f"{module}:{method}", "block-size", text, takes_16, "block-size-unsupported",
+    takes_16 = blocksize.SPECULATORS_BLOCK_SIZE in ints or any(blocksize.SPECULATORS_BLOCK_SIZE % m == 0 for m in multiples)
+    return [Fact(blocksize.CONTRACT.id, f"{module}:{method}", "block-size", text, takes_16, "block-size-unsupported",
                  f"{f.relative_to(tree.root)}:{node.lineno}", detail={"declared": text})]
 
 

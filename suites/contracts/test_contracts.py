@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from harness import contracts
-from harness.pytest_plugin import check_expected
 
 MODEL_CONTRACTS = [c for c in contracts.PER_MODEL if c != "mla"]
 
@@ -14,8 +13,7 @@ MODEL_CONTRACTS = [c for c in contracts.PER_MODEL if c != "mla"]
 def test_contract(cid, runs, record_observation, expectations):
     run, module = runs("tiny-llama"), contracts.by_id()[cid]
     obs = run.unavailable(module.CONTRACT) if run.generator is None else module.probe(run.ctx)
-    record_observation(obs)
-    check_expected(obs, expectations)
+    record_observation(obs)  # held to its expectation there
 
 
 @pytest.mark.parametrize("name", contracts.E2E_MODELS)
@@ -24,16 +22,14 @@ def test_model_contract(cid, name, runs, record_observation, expectations):
     run = runs(name)
     module = contracts.by_id()[cid]
     obs = run.unavailable(module.CONTRACT) if run.generator is None else module.probe(run.ctx)
-    record_observation(obs)
-    check_expected(obs, expectations)
+    record_observation(obs)  # held to its expectation there
 
 
 @pytest.mark.parametrize("name", contracts.E2E_MODELS)
 def test_mla_platform(name, runs, record_observation, expectations, record_note):
     run = runs(name)
     obs = run.unavailable(contracts.by_id()["mla"].CONTRACT) if run.absent else run.mla
-    record_observation(obs)
     if obs.facts.get("ran_with_VLLM_MLA_DISABLE"):
         record_note(f"{name}: MLA cannot run on this platform ({obs.unshimmed.text}); the run uses "
                     "VLLM_MLA_DISABLE=1 (MLA expanded to multi-head attention over the same weights)")
-    check_expected(obs, expectations)
+    record_observation(obs)  # held to its expectation there

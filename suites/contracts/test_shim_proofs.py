@@ -18,7 +18,7 @@ import pytest
 
 from harness import contracts, fdio
 from harness.contracts.base import Attempt, Outcome
-from harness.pytest_plugin import not_applicable, observe_only, outcome_to_prove
+from harness.testing.recording import not_applicable, observe_only, outcome_to_prove
 from harness.report import PROOF_FAILED, PROOF_NA, PROOF_NEEDED, PROOF_NOT_NEEDED
 
 PROMPTS = [[(7 * i + 3 * j) % 500 + 4 for j in range(40)] for i in range(2)]  # 2 full blocks and more each

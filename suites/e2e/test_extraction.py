@@ -20,7 +20,7 @@ import torch
 
 from harness import contracts, reference
 from harness.prompts import random_prompts
-from harness.pytest_plugin import expected_broken, not_applicable
+from harness.testing.recording import expected_broken, not_applicable
 
 TOL = 1e-5
 OFF_BY_ONE_MIN = 1e-2

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from harness import second_client
 from harness.prompts import random_prompts
-from harness.pytest_plugin import not_applicable
+from harness.testing.recording import not_applicable
 
 TOL = 1e-6
 

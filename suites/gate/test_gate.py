@@ -68,17 +68,17 @@ def test_0110_to_0111_each_break_is_reported_and_mapped_to_its_shim(gate, cache_
     assert (rc, rep["verdict"]) == (0, "NEEDS-SHIM-AND-COVERED"), summary
 
     [twophase] = by_kind(rep, "twophase", "two-phase-execute")
-    assert twophase["shim"] == "harness.executor_view.ExecutorView.execute_model"
+    assert twophase["shim"] == "harness.contracts.twophase.sample_after_step"
     assert twophase["evidence"].startswith("vllm/v1/worker/gpu_model_runner.py:")
     assert "sample_tokens() must be called" in source_line(cache_dir, "0.11.1", twophase["evidence"])
 
     [rpc] = by_kind(rep, "rpc", "reply-unwrapped")
     assert (rpc["old"], rpc["new"]) == ("list of replies", "single reply")
-    assert rpc["shim"] == "harness.executor_view.ExecutorView.collective_rpc"
+    assert rpc["shim"] == "harness.contracts.rpc.reply_as_list"
     assert "responses[0]" in source_line(cache_dir, "0.11.1", rpc["evidence"])
 
     [sched] = by_kind(rep, "sched", "required-parameter-added")
-    assert sched["detail"]["parameters"] == ["block_size"] and sched["shim"] == "harness.contracts.scheduler.apply"
+    assert sched["detail"]["parameters"] == ["block_size"] and sched["shim"] == "harness.contracts.sched.apply"
     assert "block_size" in source_line(cache_dir, "0.11.1", sched["evidence"])
 
     embeds = by_kind(rep, "embed", "method-renamed")
@@ -90,7 +90,7 @@ def test_0110_to_0111_each_break_is_reported_and_mapped_to_its_shim(gate, cache_
 
     assert all(f["status"] == "covered" for f in rep["findings"])
     assert set(rep["shims"]) == {twophase["shim"], rpc["shim"], sched["shim"], embeds[0]["shim"]}
-    assert "NEEDS-SHIM-AND-COVERED" in summary and "harness.executor_view.ExecutorView.execute_model" in summary
+    assert "NEEDS-SHIM-AND-COVERED" in summary and "harness.contracts.twophase.sample_after_step" in summary
 
 
 def test_0160_to_0170_reports_request_eos_token_id_removed(gate, cache_dir):
@@ -113,7 +113,7 @@ def test_0320_to_0330_reports_the_kv_helpers_leaving_kv_cache_utils(gate, cache_
         assert f["evidence"].startswith("vllm/v1/core/kv_cache_planning.py:")
         assert f["detail"]["name"] in source_line(cache_dir, "0.33.0", f["evidence"])
         # Either a named shim covers it or the gate says a new one is needed; here the alias shim does.
-        assert (f["status"], f["shim"]) == ("covered", "harness.contracts.kv_helpers.install_import_aliases")
+        assert (f["status"], f["shim"]) == ("covered", "harness.contracts.kvhelpers.install_import_aliases")
     assert rc == 0 and "kv_cache_planning" in summary
 
 

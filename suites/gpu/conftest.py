@@ -1,6 +1,6 @@
 """The GPU tier's shared run: one generator for the configured checkpoint, and its dated report.
 
-Configured by the options and HARNESS_GPU_* variables of harness.pytest_plugin (model path,
+Configured by the options and HARNESS_GPU_* variables of harness.testing.plugin (model path,
 tensor-parallel size, layer ids, dtype, prompts). Tests add what they measured to `run.facts`; the
 finalizer writes `reports/gpu/<date>-<model>-tp<N>-<dtype>.{json,md}` with fingerprints and drift
 against the newest earlier report of the same model, TP and dtype.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.pytest_plugin import gpu_config
+from harness.testing.gpu import gpu_config
 
 
 def pytest_collection_modifyitems(config, items):

@@ -104,14 +104,14 @@ def test_model_contracts(tier, record_observation, expectations):
     """C-kimistack (where the decoder stack lives) and the other per-model contracts, on the loaded model.
 
     Held to the expectations for this vLLM and platform where they name this model family."""
-    from harness.contracts import eagle3, embed, kimi_stack, layers
+    from harness.contracts import eagle3, embed, kimistack, layer
     from harness.probe_context import ProbeContext
 
     ctx = ProbeContext(tier.model, tier.generator)
-    observations = [module.probe(ctx) for module in (kimi_stack, eagle3, embed, layers)] + [tier.mla]
+    observations = [module.probe(ctx) for module in (kimistack, eagle3, embed, layer)] + [tier.mla]
     wrong = []
     for obs in observations:
-        record_observation(obs)
+        record_observation(obs, hold=False)  # every row reaches the GPU report first; held below
         exp = expectations["table"].get(obs.key)
         if exp is not None and exp.outcome != obs.outcome:
             wrong.append(f"{obs.key}: expected {exp.outcome} ({exp.reason}), observed {obs.outcome}: {obs.reason}")

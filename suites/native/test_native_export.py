@@ -3,7 +3,7 @@
 Same tiny model files, same prompts, float32 on both sides. Ours is the session's shared generator
 (`runs(name)`, its layers in speculators' convention); theirs is vLLM's own
 `extract_hidden_states` + `ExampleHiddenStatesConnector`, asked for the same layers through
-`native_export.map_layer_ids` (speculators' k -> native k + 1).
+`harness.native.map_layer_ids` (speculators' k -> native k + 1).
 
 * Agreement: max abs diff <= max(1e-5, ours' own max abs diff from transformers' float32 hidden_states[k+1]
   on this platform) over all prompts and layers. Both sides run the same vLLM model code; what differs is
@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from harness import bench, contracts
-from harness import native_export as nx
+from harness import native as nx
 from harness.contracts.base import Attempt, Observation
 from harness.prompts import random_prompts
-from harness.pytest_plugin import check_expected, not_applicable
+from harness.testing.recording import not_applicable
 
 TOL = 1e-5
 UNMAPPED_MIN = 1e-2
@@ -189,11 +189,10 @@ def _row(record_e2e, name: str, probe: nx.NativeProbe) -> None:
 
 
 # -- the native path's own contracts ------------------------------------------------------------------------
-# Each is a contract row (harness.native_export.*_CONTRACT) held to the expectations like every other; the
+# Each is a contract row (harness.native.rows.*_CONTRACT) held to the expectations like every other; the
 # probes behind a row are also kept as e2e records "native:<model>" with their calls and results.
 def _hold(obs, record_observation, expectations) -> None:
-    record_observation(obs)
-    check_expected(obs, expectations)
+    record_observation(obs)  # held to its expectation there
 
 
 def test_native_path_contract(record_observation, expectations):
@@ -357,7 +356,6 @@ def test_native_contract(name, runs, natives, record_observation, expectations):
             obs.facts.update(max_abs_diff=d, tolerance=tol, compared=measured)
             obs.unshimmed = Attempt(True) if d <= tol else Attempt.failed("Disagreement", measured)
     record_observation(obs)
-    check_expected(obs, expectations)
 
 
 @pytest.mark.parametrize("name", contracts.E2E_MODELS)

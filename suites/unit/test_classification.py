@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from harness.contracts.base import Attempt, Contract, Observation, Outcome, classify
+from harness.contracts.base import Attach, Attempt, Contract, Observation, Outcome, Shim, classify
 
-C = Contract("x", "x works", failures=(r"TypeError: .*'block_size'",), shim="harness.shim_x")
+
+def shim_x(ns, current, state) -> None:
+    """A shim for the classification tests (never applied)."""
+
+
+C = Contract("x", "x works", failures=(r"TypeError: .*'block_size'",), shims=(Shim(Attach.GENERATOR, shim_x),))
 
 
 def test_native_when_speculators_call_works():
@@ -25,7 +30,7 @@ def test_undocumented_failure_is_broken_even_if_the_shim_passes():
 
 
 def test_no_shim_means_broken():
-    c = Contract("y", "y works", failures=(r"boom",), shim=None)
+    c = Contract("y", "y works", failures=(r"boom",))
     assert classify(Observation(c, Attempt.failed("RuntimeError", "boom"), None))[0] is Outcome.BROKEN
 
 

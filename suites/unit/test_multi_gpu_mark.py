@@ -4,7 +4,7 @@ import subprocess
 import sys
 import textwrap
 
-from harness.pytest_plugin import gpus_on_this_host
+from harness.testing.gpu import gpus_on_this_host
 
 
 def test_a_test_needing_more_gpus_than_here_is_skipped_with_the_count(tmp_path):
@@ -20,7 +20,7 @@ def test_a_test_needing_more_gpus_than_here_is_skipped_with_the_count(tmp_path):
         def test_runs():
             pass
     """))
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "harness.pytest_plugin", "-p", "no:cacheprovider",
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "harness.testing.plugin", "-p", "no:cacheprovider",
                           "-rs", "--harness-no-report", "-o", "markers=multi_gpu(n): n GPUs", str(tmp_path)],
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert "1 passed, 1 skipped" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]

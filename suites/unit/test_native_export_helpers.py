@@ -1,4 +1,4 @@
-"""harness.native_export's helpers that need no vLLM: the layer-id mapping at both ends, the reader of
+"""harness.native's helpers that need no vLLM: the layer-id mapping at both ends, the reader of
 the connector's files (and its lock-file protocol), and the reader of vLLM's engine log.
 
 The same functions meet the real vLLM in suites/native (where the unmapped ids must disagree).
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness import native_export as nx
+from harness import native as nx
 from harness.contracts.base import Attempt
 
 

@@ -83,22 +83,22 @@ def test_exit_code(status, kinds, pytest_rc, want):
 
 
 def test_incomplete_run_never_replaces_a_complete_report(tmp_path):
-    from harness.pytest_plugin import _write_report
+    from harness.testing.session_report import write_report
 
     report.write(_rep(), tmp_path)
     partial = _rep(interrupted="SIGINT")
-    j, _ = _write_report(partial, tmp_path)
+    j, _ = write_report(partial, tmp_path)
     assert j.name == "e.incomplete.json"
     assert json.loads((tmp_path / "e.json").read_text())["status"] == "pass"
-    j, _ = _write_report(_rep(), tmp_path)  # a later complete run replaces both
+    j, _ = write_report(_rep(), tmp_path)  # a later complete run replaces both
     assert j.name == "e.json" and not (tmp_path / "e.incomplete.json").exists()
 
 
 def test_a_failing_subset_does_not_count_as_a_complete_run(tmp_path):
-    from harness.pytest_plugin import _write_report
+    from harness.testing.session_report import write_report
 
     report.write(_rep(selection={**FULL, "subset": ["-k x"]}, tests={"passed": 0, "failed": 1}), tmp_path)
-    j, _ = _write_report(_rep(selection={**FULL, "subset": ["-k y"]}), tmp_path)
+    j, _ = write_report(_rep(selection={**FULL, "subset": ["-k y"]}), tmp_path)
     assert j.name == "e.json", "a partial run may replace another partial run, whatever its status"
 
 
@@ -124,11 +124,11 @@ def test_proofs_cover_every_contract_with_a_shim():
 
 @pytest.mark.parametrize("module", contracts.modules(), ids=lambda m: m.CONTRACT.id)
 def test_every_shim_reference_resolves(module):
+    """Each shim is a function object whose printed name (in reports and the gate) leads back to it."""
     from harness.contracts.base import resolve
 
-    ref = module.CONTRACT.shim
-    if ref is not None:
-        assert callable(resolve(ref.split(" ")[0])), f"{ref} is not callable"
+    for shim in module.CONTRACT.shims:
+        assert callable(shim.fn) and resolve(shim.name.split(" ")[0]) is shim.fn, shim.name
 
 
 def test_committed_reports_hold_no_machine_paths():

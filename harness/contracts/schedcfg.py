@@ -10,15 +10,7 @@ from __future__ import annotations
 
 import inspect
 
-from harness.contracts.base import Attempt, Contract, Observation
-
-CONTRACT = Contract(
-    id="schedcfg",
-    assumes="SchedulerConfig(max_num_seqs=, max_model_len=, max_num_batched_tokens=) builds a config",
-    failures=(r"ValidationError: .*is_encoder_decoder.*Field required",),
-    shim="harness.contracts.scheduler_config.apply",
-)
-
+from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 
 def needed() -> bool:
     from vllm.config import SchedulerConfig
@@ -49,3 +41,17 @@ def probe(ctx) -> Observation:
         facts.update(max_model_len=cfg.model_config.max_model_len, async_scheduling=sc.async_scheduling,
                      max_num_batched_tokens=sc.max_num_batched_tokens)
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
+
+
+CONTRACT = Contract(
+    id="schedcfg",
+    assumes="SchedulerConfig(max_num_seqs=, max_model_len=, max_num_batched_tokens=) builds a config",
+    failures=(r"ValidationError: .*is_encoder_decoder.*Field required",),
+    shims=(Shim(Attach.GENERATOR, apply),),
+    gate_owns=(("vllm.config:SchedulerConfig", ""),),
+    gate_covers=(GateCover("required-parameter-added", apply,
+                           "passes is_encoder_decoder=False (speculators only serves decoder-only targets)",
+                           lambda f: set(f.detail.get("parameters", ())) <= {"is_encoder_decoder"},
+                           "the new required parameter is is_encoder_decoder"),),
+    upstream="vLLM #29859 removed the default of SchedulerConfig's is_encoder_decoder InitVar (0.12.0)",
+)

@@ -18,14 +18,7 @@ import json
 import subprocess
 import sys
 
-from harness.contracts.base import Attempt, Contract, Observation
-
-CONTRACT = Contract(
-    id="import",
-    assumes="import speculators.data_generation works with the installed transformers",
-    failures=(r"name 'torch' is not defined",),
-    shim="harness.contracts.speculators_import.apply_import",
-)
+from harness.contracts.base import Attach, Attempt, Contract, Observation, Shim
 
 TARGET = "speculators.data_generation"
 
@@ -54,7 +47,7 @@ def apply_import() -> bool:
 #: transformers' module), then speculators' import, with or without the shim; one JSON line on stdout.
 _CHILD = """
 import json
-from harness.contracts.speculators_import import apply_import, needed
+from harness.contracts.import_ import apply_import, needed
 out = {"needed": needed()}
 if WITH_SHIM:
     apply_import()
@@ -94,3 +87,15 @@ def probe(ctx=None) -> Observation:
     import transformers
 
     return Observation(CONTRACT, unshimmed, shimmed, {"transformers": transformers.__version__, "shim_selected": selected})
+
+
+CONTRACT = Contract(
+    id="import",
+    assumes="import speculators.data_generation works with the installed transformers",
+    failures=(r"name 'torch' is not defined",),
+    shims=(Shim(Attach.IMPORT, apply_import),),
+    gate_outside="speculators' own import depends on the installed transformers, which vLLM's Python sources do "
+                 "not pin; each env's conformance run checks it",
+    upstream=('transformers 5 annotates PretrainedConfig.dtype with torch.dtype without importing torch there; '
+              'first seen with the transformers vLLM 0.20.0 installs (CPU matrix)'),
+)

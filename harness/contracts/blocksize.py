@@ -17,16 +17,7 @@ from __future__ import annotations
 
 import importlib
 
-from harness.contracts.base import Attempt, Contract, Observation
-
-CONTRACT = Contract(
-    id="blocksize",
-    assumes="block_size=16 is a KV-cache block size the attention backend supports",
-    # The probe's words (vLLM's own validate_configuration) and the run's (0.32's model runner:
-    # "No common block size for 16 (CPU_ATTN: [MultipleOf(32)])", seen by the shim proof).
-    failures=(r"block_size not supported", r"No common block size for \d+"),
-    shim="harness.contracts.block_size.apply",
-)
+from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 
 SPECULATORS_BLOCK_SIZE = 16
 CANDIDATES = (16, 32, 64, 128, 256)
@@ -114,3 +105,17 @@ def probe(ctx) -> Observation:
         if not unshimmed.ok:
             shimmed, _ = Attempt.run(lambda: check(backend, used))
     return Observation(CONTRACT, unshimmed, shimmed, facts)
+
+
+CONTRACT = Contract(
+    id="blocksize",
+    assumes="block_size=16 is a KV-cache block size the attention backend supports",
+    # The probe's words (vLLM's own validate_configuration) and the run's (0.32's model runner:
+    # "No common block size for 16 (CPU_ATTN: [MultipleOf(32)])", seen by the shim proof).
+    failures=(r"block_size not supported", r"No common block size for \d+"),
+    shims=(Shim(Attach.GENERATOR, apply),),
+    gate_covers=(GateCover("block-size-unsupported", apply,
+                           "moves speculators' block size to the smallest one the attention backend declares"),),
+    upstream=("vLLM 0.30.0's CPU attention declares kernel block sizes MultipleOf(32) (first seen in the CPU "
+              'matrix at 0.30.0)'),
+)

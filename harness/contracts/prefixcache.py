@@ -10,15 +10,7 @@ tail, and speculators slices the short result without noticing (measured on an H
 
 from __future__ import annotations
 
-from harness.contracts.base import Attempt, Contract, Observation
-
-CONTRACT = Contract(
-    id="prefixcache",
-    assumes="a prefill computes (and captures) every prompt token, also for prompts seen before",
-    failures=(r"SilentTruncation: ", r"IncompleteExtraction: "),
-    shim="harness.contracts.prefix_cache.apply",
-)
-
+from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 
 def caching_default() -> bool:
     from vllm.config import CacheConfig
@@ -76,3 +68,14 @@ def probe(ctx) -> Observation:
 
 class SilentTruncation(RuntimeError):
     """Fewer hidden-state rows than prompt tokens, with no error from vLLM."""
+
+
+CONTRACT = Contract(
+    id="prefixcache",
+    assumes="a prefill computes (and captures) every prompt token, also for prompts seen before",
+    failures=(r"SilentTruncation: ", r"IncompleteExtraction: "),
+    shims=(Shim(Attach.GENERATOR, apply),),
+    gate_owns=(("vllm.config:CacheConfig", ""),),
+    gate_covers=(GateCover("default-changed", apply, "builds speculators' CacheConfig with enable_prefix_caching=False"),),
+    upstream='prefix caching is on by default in the CacheConfig speculators builds from vLLM 0.12.0 (CPU matrix)',
+)

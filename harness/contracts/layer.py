@@ -11,15 +11,7 @@ from __future__ import annotations
 
 import inspect
 
-from harness.contracts.base import Attempt, Contract, Observation
-
-CONTRACT = Contract(
-    id="layer",
-    assumes="layer(hidden_states=, positions=, residual=) is the whole call the stack's own loop makes",
-    failures=(r"TypeError: .*(missing|unexpected)",),
-    shim=None,
-    side="worker",
-)
+from harness.contracts.base import Attempt, Contract, GateCover, Observation
 
 PASSED = ("hidden_states", "positions", "residual")
 #: Layer parameters the stack's own loop passes but whose value only matters when the checkpoint's
@@ -28,7 +20,7 @@ CONFIG_GATED = {"llama_4_scaling": "llama_4_scaling"}
 
 
 def worker_probe(worker) -> dict:
-    from harness.contracts.kimi_stack import decoder_stack
+    from harness.contracts.kimistack import decoder_stack
 
     stack = decoder_stack(worker.model_runner.model)
     layers = list(stack.layers)[stack.start_layer:stack.end_layer]
@@ -59,3 +51,27 @@ def worker_probe(worker) -> dict:
 def probe(ctx) -> Observation:
     r = ctx.worker_call(worker_probe)
     return Observation(CONTRACT, r["unshimmed"], None, r["facts"], subject=ctx.model.family)
+
+
+def _config_gated_and_unset(finding) -> bool:
+    """The gate's finding names only config-gated extras, and the given checkpoint config sets none of them."""
+    extras = set(finding.detail.get("not_passed_by_speculators", ()))
+    cfg = finding.detail.get("checkpoint_config")
+    return extras <= set(CONFIG_GATED) and cfg is not None and not any(cfg.get(CONFIG_GATED[k]) for k in extras)
+
+
+CONTRACT = Contract(
+    id="layer",
+    assumes="layer(hidden_states=, positions=, residual=) is the whole call the stack's own loop makes",
+    failures=(r"TypeError: .*(missing|unexpected)",),
+    shims=(),
+    side="worker",
+    gate_covers=(GateCover("layer-call-extended", worker_probe,
+                           "not a shim: the extra argument only carries a value when the checkpoint's config sets the "
+                           "matching key, and the given checkpoint config (--model-config) sets none of them; the "
+                           "runtime probe guards the rest",
+                           _config_gated_and_unset,
+                           f"the extras are config-gated ({', '.join(CONFIG_GATED)}) and --model-config leaves them unset"),),
+    upstream=('DeepseekV2 decoder layers take llama_4_scaling when the config sets it (vLLM 0.12.0, seen by the'
+              ' gate)'),
+)

@@ -12,15 +12,7 @@ from __future__ import annotations
 
 import importlib
 
-from harness.contracts.base import Attempt, Contract, Observation
-
-CONTRACT = Contract(
-    id="kvlayout",
-    assumes="the KV-cache layout needs no resolution step before the KV cache is planned",
-    failures=(r"KV cache layout has not been resolved",),
-    shim="harness.contracts.kv_layout.apply_executor",
-)
-
+from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 
 def _resolver():
     for module in ("vllm.v1.attention.backends.utils",):
@@ -36,8 +28,12 @@ def needed(vllm_config) -> bool:
     return _resolver() is not None and hasattr(cc, "get_resolved_kv_cache_layout") and cc.kv_cache_layout is None
 
 
-def apply_executor(real_executor, vllm_config) -> str | None:
+def apply_executor(view, state) -> str | None:
     """Resolve and publish the layout as EngineCore does; returns its name (None when not needed)."""
+    return resolve_layout(view.real, state.vllm_config)
+
+
+def resolve_layout(real_executor, vllm_config) -> str | None:
     if not needed(vllm_config):
         return None
     specs = real_executor.collective_rpc("get_kv_cache_spec")
@@ -56,3 +52,17 @@ def probe(ctx) -> Observation:
     shimmed, layout = Attempt.run(ctx.vllm_config.cache_config.get_resolved_kv_cache_layout)
     facts = {"resolved_layout": str(layout) if layout is not None else None, "shim_selected": needed(fresh)}
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
+
+
+CONTRACT = Contract(
+    id="kvlayout",
+    assumes="the KV-cache layout needs no resolution step before the KV cache is planned",
+    failures=(r"KV cache layout has not been resolved",),
+    shims=(Shim(Attach.EXECUTOR, apply_executor),),
+    gate_covers=(GateCover("layout-resolution-required", apply_executor,
+                           "resolves the layout from the workers' supported layouts and KV-cache specs and publishes it, "
+                           "as EngineCore does",
+                           lambda f: bool(f.detail.get("resolver_present")), "resolve_kv_cache_layout exists"),),
+    upstream=('vLLM #51718 (KV-cache layout standardisation, RFC #42082) made the layout a value EngineCore '
+              'resolves and publishes once (first seen at 0.30.0)'),
+)

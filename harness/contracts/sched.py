@@ -10,15 +10,7 @@ from __future__ import annotations
 
 import inspect
 
-from harness.contracts.base import Attempt, Contract, Observation
-
-CONTRACT = Contract(
-    id="sched",
-    assumes="Scheduler(vllm_config=, kv_cache_config=, structured_output_manager=) builds a scheduler",
-    failures=(r"TypeError: .*missing 1 required positional argument: 'block_size'",),
-    shim="harness.contracts.scheduler.apply",
-)
-
+from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 
 def _params() -> dict:
     from vllm.v1.core.sched.scheduler import Scheduler
@@ -78,3 +70,17 @@ def probe(ctx) -> Observation:
              "has_hash_block_size": "hash_block_size" in p, "speculators_keywords": keywords,
              "shim_selected": needed()}
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
+
+
+CONTRACT = Contract(
+    id="sched",
+    assumes="Scheduler(vllm_config=, kv_cache_config=, structured_output_manager=) builds a scheduler",
+    failures=(r"TypeError: .*missing 1 required positional argument: 'block_size'",),
+    shims=(Shim(Attach.GENERATOR, apply),),
+    gate_owns=(("vllm.v1.core.sched.scheduler:Scheduler", ""),),
+    gate_covers=(GateCover("required-parameter-added", apply,
+                           "passes block_size (and hash_block_size where it exists) from the config speculators built",
+                           lambda f: set(f.detail.get("parameters", ())) <= {"block_size", "hash_block_size"},
+                           "the new required parameters are block_size/hash_block_size"),),
+    upstream='vLLM 0.11.1 made Scheduler(block_size=) required, later also hash_block_size (0.20.0)',
+)

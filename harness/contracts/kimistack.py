@@ -9,16 +9,8 @@ and state dicts are unchanged). Not applicable to models that have `.model`.
 
 from __future__ import annotations
 
-from harness.contracts.base import Contract, Observation
+from harness.contracts.base import Attach, Contract, GateCover, Observation, Shim
 
-
-CONTRACT = Contract(
-    id="kimistack",
-    assumes="the target model's decoder stack is model.model",
-    failures=(r"has no attribute 'model'",),
-    shim="harness.contracts.kimi_stack.apply_worker",
-    side="worker",
-)
 
 CANDIDATES = ("model", "language_model.model", "language_model")
 
@@ -46,7 +38,12 @@ def decoder_stack(model):
     return _walk(model, path)
 
 
-def apply_worker(model) -> bool:
+def apply_worker(worker) -> bool:
+    """Alias the loaded model's decoder stack as `model.model`, where speculators looks for it."""
+    return alias_stack(worker.model_runner.model)
+
+
+def alias_stack(model) -> bool:
     if "model" in model.__dict__ or _has(model, "model"):
         return False
     path = stack_path(model)
@@ -70,6 +67,7 @@ def worker_probe(worker, layer_ids) -> dict:
     facts = {"model": type(model).__name__, "stack_path": stack_path(model) if alias is None else "model (alias)"}
     if alias is None and _has(model, "model"):
         return {"not_applicable": f"{type(model).__name__} has .model", "facts": facts}
+    model.__dict__.pop("model", None)  # undo the alias of the generator's own set-up: the unshimmed run needs it gone
     r = worker._harness_setup_attempts(layer_ids, CONTRACT.id)
     r["facts"] = facts
     return r
@@ -84,3 +82,16 @@ def probe(ctx) -> Observation:
                            subject=ctx.model.family)
     return Observation.of(CONTRACT, r["unshimmed"], r["shimmed"], r["facts"],
                        subject=ctx.model.family)
+
+
+CONTRACT = Contract(
+    id="kimistack",
+    assumes="the target model's decoder stack is model.model",
+    failures=(r"has no attribute 'model'",),
+    shims=(Shim(Attach.WORKER, apply_worker),),
+    side="worker",
+    gate_covers=(GateCover("stack-moved", apply_worker,
+                           "finds the decoder stack at a known path and aliases it as model.model on the instance",
+                           lambda f: f.detail.get("path") in CANDIDATES, f"the stack is at one of {', '.join(CANDIDATES)}"),),
+    upstream='Kimi-K2.5 support (vLLM 0.16.0) keeps the decoder stack under language_model, not model',
+)

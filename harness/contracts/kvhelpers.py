@@ -13,15 +13,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from harness.contracts.base import Attempt, Contract, Observation
-
-CONTRACT = Contract(
-    id="kvhelpers",
-    assumes="kv_cache_utils.get_kv_cache_config_from_groups(vllm_config=, kv_cache_groups=, kv_cache_specs=, "
-    "available_memory=) and its two sibling helpers import and run",
-    failures=(r"TypeError: .*unexpected keyword argument 'kv_cache_specs'", r"ImportError: cannot import name"),
-    shim="harness.contracts.kv_helpers.apply",
-)
+from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 
 OLD_HOME = "vllm.v1.core.kv_cache_utils"
 NEW_HOMES = ("vllm.v1.core.kv_cache_planning",)
@@ -105,3 +97,25 @@ def probe(ctx) -> Observation:
     if cfg is not None:
         facts["num_blocks"] = cfg.num_blocks
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
+
+
+CONTRACT = Contract(
+    id="kvhelpers",
+    assumes="kv_cache_utils.get_kv_cache_config_from_groups(vllm_config=, kv_cache_groups=, kv_cache_specs=, "
+    "available_memory=) and its two sibling helpers import and run",
+    failures=(r"TypeError: .*unexpected keyword argument 'kv_cache_specs'", r"ImportError: cannot import name"),
+    shims=(Shim(Attach.GENERATOR, apply), Shim(Attach.IMPORT, install_import_aliases)),
+    gate_owns=((f"{OLD_HOME}:*", None),),
+    gate_covers=(
+        GateCover("keyword-removed", apply,
+                  "wraps get_kv_cache_config_from_groups and passes only the keywords the installed helper takes",
+                  lambda f: ":get_kv_cache_config_from_groups(" in f.symbol, "the helper is get_kv_cache_config_from_groups"),
+        GateCover("import-moved", install_import_aliases,
+                  "sets each helper that left kv_cache_utils back on kv_cache_utils from its new home, so "
+                  "speculators' import works",
+                  lambda f: f.detail.get("moved_to") in NEW_HOMES and f.detail.get("name") in HELPERS,
+                  f"the helper moved to one of {', '.join(NEW_HOMES)}"),
+    ),
+    upstream=('vLLM 0.12.0 dropped the kv_cache_specs keyword of get_kv_cache_config_from_groups; after 0.32 '
+              'the helpers move to kv_cache_planning (seen by the gate)'),
+)

@@ -1,0 +1,53 @@
+"""The files vLLM's connector writes: one safetensors file per request, and the lock-file protocol of its
+asynchronous writer (vLLM >= 0.22)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass
+
+
+@dataclass
+class NativeExport:
+    """One request's export, read back: per requested layer one [tokens, hidden] tensor, in the order asked."""
+
+    hidden_states: list
+    token_ids: list[int]
+    path: str
+    kv_transfer_params: dict
+    layout: dict  # tensor name -> (shape, dtype) as stored in the file
+    waited_on_lock: bool  # the file came with `<file>.lock` (async writer, vLLM >= 0.22)
+
+
+def read_export(path: str, *, remove: bool = True) -> tuple[dict, bool]:
+    """The tensors of one native export file, honouring the async writer's lock-file protocol.
+
+    From vLLM 0.22 the connector writes files in a background thread: before the request's path is
+    returned it creates `<file>.lock` and holds an exclusive flock on it until the write is done. A
+    reader takes a shared flock (sleeping until the writer lets go), reads, then deletes the lock
+    file. Earlier versions write the file synchronously in the forward pass and create no lock.
+    The lock is opened read-write: flock on network file systems needs a writable descriptor.
+    """
+    from safetensors.torch import load_file
+
+    lock = path + ".lock"
+    waited = os.path.exists(lock)
+    if waited:
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            if not os.path.exists(path):  # the writer let go without writing: its thread or process died
+                raise FileNotFoundError(f"{lock} was released but {path} was never written (the writer failed)")
+            data = load_file(path, device="cpu")
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        os.remove(lock)
+    elif not os.path.exists(path):
+        raise FileNotFoundError(f"the native export {path} does not exist (and no {lock} to wait on)")
+    else:
+        data = load_file(path, device="cpu")
+    if remove:
+        os.remove(path)
+    return data, waited

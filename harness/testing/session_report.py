@@ -1,0 +1,227 @@
+"""The env report: what the session observed, its selection, its timings, written at the end of the session
+(`reports/<env>.{json,md}`), and SIGTERM handled like Ctrl-C so that an interrupted run says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.processes import children, reap
+from harness.testing.collector import COLLECTOR, E2E, META, NOTE, OBS, PROOF, Collector
+from harness.testing.recording import NA_PREFIX, observe_only
+
+
+def timings(col: Collector) -> dict:
+    """Where the session's time went: the slowest tests, the shim proofs, the generator start-ups."""
+    import statistics
+
+    from harness.generator import START_SECONDS
+
+    slowest = sorted(col.durations.items(), key=lambda kv: -kv[1])[:15]
+    starts = list(START_SECONDS)
+    return {"session_s": round(time.time() - col.started, 1),
+            "proofs_s": round(sum(v for k, v in col.durations.items() if "test_shim_proofs" in k), 1),
+            "generator_starts": {"count": len(starts), "total_s": round(sum(starts), 1),
+                                 "median_s": round(statistics.median(starts), 2) if starts else 0.0},
+            "slowest": [[k, round(v, 1)] for k, v in slowest]}
+
+
+def tier(nodeid: str) -> str:
+    parts = nodeid.split("::")[0].split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "suites" else parts[0]
+
+
+def pytest_runtest_logreport(report):
+    """Runs in the controlling process for every phase of every test (xdist forwards reports)."""
+    col = COLLECTOR
+    t = col.tiers.setdefault(tier(report.nodeid), {"tests": 0, "passed": 0, "failed": 0, "skipped": 0, "wall_s": 0.0})
+    t["wall_s"] += getattr(report, "duration", 0.0)
+    col.durations[report.nodeid] = col.durations.get(report.nodeid, 0.0) + getattr(report, "duration", 0.0)
+    # Properties are read once per test: from its call, or from its setup when the test never ran.
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        for name, value in report.user_properties:
+            if name == OBS:
+                col.observations[value["contract"]] = value
+            elif name == E2E:
+                col.e2e.append(value)
+            elif name == META:
+                col.meta = value
+            elif name == NOTE and value not in col.notes:
+                col.notes.append(value)
+            elif name == PROOF:
+                col.proofs[value["contract"]] = value
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        outcome = report.outcome if report.when == "call" or report.skipped else "error"
+        if report.skipped:
+            reason = skip_reason(report)
+            col.skips.append({"test": report.nodeid, "reason": reason, "declared": reason.startswith(NA_PREFIX)})
+        t["tests"] += 1
+        col.tests[outcome] += 1
+        t["failed" if outcome == "error" else outcome] += 1
+    elif report.when == "teardown" and report.failed:
+        col.tests["error"] += 1
+        t["failed"] += 1
+
+
+def skip_reason(report) -> str:
+    text = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return text[len("Skipped: "):] if text.startswith("Skipped: ") else text
+
+
+def pytest_configure(config):
+    """SIGTERM ends the run the way Ctrl-C does: fixtures tear down (workers stop at once) and the report
+    records the interruption. A second signal while tearing down kills what is left and exits."""
+    if hasattr(config, "workerinput") or threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_term(signum, frame):
+        if COLLECTOR.interrupted:
+            reap(children())
+            os._exit(128 + signum)
+        COLLECTOR.interrupted = signal.Signals(signum).name
+        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
+def pytest_keyboard_interrupt(excinfo):
+    COLLECTOR.interrupted = COLLECTOR.interrupted or "SIGINT (KeyboardInterrupt)"
+
+
+def pytest_deselected(items):
+    COLLECTOR.deselected += len(items)
+
+
+def pytest_collection_finish(session):
+    COLLECTOR.collected = [item.nodeid for item in session.items]
+
+
+#: The suites a complete CPU run covers, and the GPU tier's; a run that leaves any of their test files out is a subset.
+FULL_RUNS = {"cpu": ("suites/contracts", "suites/e2e", "suites/native", "suites/bad_input"), "gpu": ("suites/gpu",)}
+
+
+def selection(config, col: Collector) -> dict:
+    """What this run selected, and in what way it is a subset of the complete run (`subset`: one line each)."""
+    from harness.paths import REPO_ROOT
+
+    files = sorted({n.split("::")[0] for n in col.collected})
+    kind = "gpu" if files and all(f.startswith("suites/gpu/") for f in files) else "cpu"
+    full = sorted(str(p.relative_to(REPO_ROOT)) for d in FULL_RUNS[kind] for p in (REPO_ROOT / d).rglob("test_*.py"))
+    subset = []
+    left_out = [f for f in full if f not in files]
+    if left_out:
+        subset.append("not run: " + ", ".join(left_out))
+    if config.option.keyword:
+        subset.append(f"-k {config.option.keyword!r}")
+    if config.option.markexpr and not (kind == "gpu" and config.option.markexpr == "gpu"):
+        subset.append(f"-m {config.option.markexpr!r}")
+    if col.deselected:
+        subset.append(f"{col.deselected} tests deselected")
+    picked = [a for a in config.args if "::" in a]
+    if picked:
+        subset.append("single tests picked: " + ", ".join(a.split("/")[-1] for a in picked[:5]))
+    ran = sum(col.tests[k] for k in ("passed", "failed", "skipped", "error"))
+    stopped = (f"stopped after {ran} of {len(col.collected)} selected tests"
+               if ran < len(col.collected) and not col.interrupted else None)
+    return {"kind": kind, "files": files, "tests": len(col.collected), "subset": subset, "stopped_early": stopped}
+
+
+def attach_proofs(rows: list[dict], proofs: dict[str, dict]) -> None:
+    """Every contract row says what its shim's proof showed, that it did not run, or why none applies."""
+    from harness import contracts
+    from harness.report import PROOF_NA, PROOF_NOT_RUN
+
+    wanted = contracts.proof_keys()
+    for row in rows:
+        key = row["contract"]
+        if key in proofs:
+            row["proof"] = {k: v for k, v in proofs[key].items() if k != "contract"}
+        elif key in wanted:
+            row["proof"] = {"result": PROOF_NOT_RUN, "evidence": "this run did not include its shim proof"}
+        else:
+            row["proof"] = {"result": PROOF_NA, "evidence": contracts.why_no_proof(key)}
+
+
+def write_report(rep: dict, directory: Path) -> tuple[Path, Path]:
+    """A partial run (a subset, interrupted, stopped early) never replaces the report of a complete run of the
+    same env: it goes to <env>.incomplete.*. A complete run replaces both."""
+    from harness.report import complete_run, write
+
+    target = directory / f"{rep['env']}.json"
+    if not rep["complete_run"] and target.is_file():
+        try:
+            previous = json.loads(target.read_text())
+        except (OSError, ValueError):
+            previous = {}
+        if previous and complete_run(previous):
+            return write(rep, directory, name=f"{rep['env']}.incomplete")
+    for stale in (directory / f"{rep['env']}.incomplete.json", directory / f"{rep['env']}.incomplete.md"):
+        if rep["complete_run"] and stale.is_file():
+            stale.unlink()
+    return write(rep, directory)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown of session fixtures (generators closed)
+def pytest_sessionfinish(session, exitstatus):
+    from harness import zmq_contexts
+
+    zmq_contexts.destroy_all()  # every engine is shut down by now; see the module for why
+    config = session.config
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller writes the report
+        return
+    col = COLLECTOR
+    ran = {t for t, v in col.tiers.items() if v["tests"]} & {"contracts", "e2e", "bad_input", "native", "gpu"}
+    if config.getoption("--harness-no-report") or not (ran or (col.interrupted and col.collected)):
+        return
+    if not col.meta:  # nothing observed (e.g. no generator started): still say which vLLM failed
+        from harness import versions
+
+        try:
+            col.meta = versions.snapshot()
+        except Exception as e:  # noqa: BLE001 - the report must still be written
+            col.notes.append(f"versions unknown: {e}")
+    from harness import contracts, expectations as exp
+    from harness.models import load_fixture
+    from harness.report import build
+
+    families = [load_fixture(m)["family"] for m in contracts.E2E_MODELS]
+    defined = set(contracts.keys(families)) | set(contracts.e2e_keys()) | set(contracts.native_keys())
+    stale, exp_file = [], None
+    if col.meta:
+        try:
+            path, table = exp.load(col.meta["vllm"], col.meta["device_type"])
+            exp_file, stale = path.name, exp.stale(table, defined)
+        except exp.NoExpectations as e:
+            col.notes.append(str(e))
+    tiers = {k: v for k, v in col.tiers.items() if v["tests"]}
+    col.tests["wall_s"] = round(time.time() - col.started, 1)
+    not_observed = sorted(set(contracts.keys(families)) - set(col.observations)) if "contracts" in tiers else []
+    rows = list(col.observations.values())
+    attach_proofs(rows, col.proofs)
+    rep = build(config.getoption("--harness-env"), col.meta, rows, col.e2e, tiers, col.tests, stale, not_observed,
+                exp_file, col.notes, selection=selection(config, col), skips=col.skips, interrupted=col.interrupted,
+                timings=timings(col), observed_only=observe_only())
+    col.last_report = rep
+    j, m = write_report(rep, Path(config.getoption("--harness-report-dir")))
+    if observe_only() and rep["contracts"]:
+        from harness.expectations import draft
+        from harness.report import write_atomic
+
+        drafted = j.with_name(f"{rep['env']}.expectations-draft.toml")
+        write_atomic(drafted, draft(rep))
+        rep["draft"] = str(drafted)
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr:
+        tr.write_line(f"harness: report written to {j} and {m} (status {rep['status']})")
+        for g in rep["incomplete"]:
+            tr.write_line(f"harness: incomplete: {g['what']}", yellow=True)
+    if stale:
+        if tr:
+            tr.write_line(f"harness: STALE expectations (no such contract in this suite): {stale}", red=True)
+        session.exitstatus = 1
