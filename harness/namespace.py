@@ -43,11 +43,6 @@ def rebind(cls: type, overrides: dict[str, Any], name: str | None = None, extra:
     return type(name or cls.__name__, (cls,), body)
 
 
-def rebind_function(fn: types.FunctionType, overrides: dict[str, Any]) -> types.FunctionType:
-    """The same code as `fn`, resolving `overrides` in place of its module globals."""
-    return _with_globals(fn, {**fn.__globals__, **overrides})
-
-
 class TorchProxy(types.ModuleType):
     """`torch`, except for the attributes given; used where speculators calls `torch.cuda.*` directly."""
 

@@ -26,10 +26,6 @@ TOL = 1e-5
 OFF_BY_ONE_MIN = 1e-2
 
 
-def prompts(n: int, lo: int, hi: int, seed: int, vocab: int) -> list[list[int]]:
-    return random_prompts(n, lo, hi, vocab, seed)
-
-
 def max_diff(results, refs) -> float:
     return max(float((h.float() - r).abs().max()) for res, ref in zip(results, refs)
                for h, r in zip(res["hidden_states"], ref))
@@ -53,7 +49,7 @@ def run(request, runs, record_e2e, expectations):
 def test_batch_matches_transformers(run, record_e2e, numerics_expected):
     """A multi-prompt batch (17..131 tokens, several blocks each): shapes, and equality with transformers."""
     model, gen = run.model, run.generator
-    batch = prompts(6, 17, 131, seed=1, vocab=model.vocab_size)
+    batch = random_prompts(6, 17, 131, model.vocab_size, seed=1)
     results = gen.generate(batch)
     assert len(results) == len(batch)
     for p, res in zip(batch, results):
@@ -78,7 +74,7 @@ def test_batch_matches_transformers(run, record_e2e, numerics_expected):
 
 def test_same_batch_twice_is_bitwise_equal_and_complete(run, record_e2e):
     """The same batch again (a second generate() over prompts already seen): all rows, same bits."""
-    batch = prompts(4, 17, 100, seed=2, vocab=run.model.vocab_size)
+    batch = random_prompts(4, 17, 100, run.model.vocab_size, seed=2)
     first = run.generator.generate(batch)
     second = run.generator.generate(batch)
     rows = [[int(h.shape[0]) for h in r["hidden_states"]] for r in second]
@@ -92,7 +88,7 @@ def test_same_batch_twice_is_bitwise_equal_and_complete(run, record_e2e):
 def test_many_prompts_over_several_scheduler_steps(run, record_e2e, numerics_expected):
     """40 prompts of 17..134 tokens: more than speculators' 32 sequences per step, so several steps."""
     model, gen = run.model, run.generator
-    batch = prompts(40, 17, 134, seed=3, vocab=model.vocab_size)
+    batch = random_prompts(40, 17, 134, model.vocab_size, seed=3)
     steps_before = gen.executor_view.steps
     results = gen.generate(batch)
     ref = reference.hidden_states(model.path, batch, gen.layer_ids)
@@ -112,7 +108,7 @@ def test_batch_several_times_the_step_budget(run, record_e2e, numerics_expected)
     model, gen = run.model, run.generator
     sc = gen.vllm_config.scheduler_config
     budget = int(sc.max_num_batched_tokens)
-    batch = prompts(3 * budget // 300, 250, 350, seed=5, vocab=model.vocab_size)
+    batch = random_prompts(3 * budget // 300, 250, 350, model.vocab_size, seed=5)
     guard = getattr(gen.scheduler, chunkedprefill.GUARD)
     steps_before, kept_before = gen.executor_view.steps, guard.kept
     results = gen.generate(batch)
@@ -138,7 +134,7 @@ def test_prompt_alone_equals_prompt_in_batch(run, record_e2e, numerics_expected,
     """Batch invariance. Where this vLLM is expected to compute the model wrongly, invariance of wrong numbers
     says nothing: the test then requires that the batch still differs from transformers (the break reproduces)."""
     model, gen = run.model, run.generator
-    batch = prompts(5, 20, 90, seed=4, vocab=model.vocab_size)
+    batch = random_prompts(5, 20, 90, model.vocab_size, seed=4)
     together = gen.generate(batch)
     alone = gen.generate([batch[2]])
     d = max(float((a - b).abs().max()) for a, b in zip(alone[0]["hidden_states"], together[2]["hidden_states"]))
@@ -162,7 +158,7 @@ def test_a_broken_cell_says_whose_fault_it_is(name, runs, expectations, record_e
     r = runs(name)  # decides MLA for this platform first, as every run of the model does
     if r.absent:
         not_applicable(r.absent)
-    verdict = attribution.attribute(r.model, prompts(4, 17, 60, seed=9, vocab=r.model.vocab_size))
+    verdict = attribution.attribute(r.model, random_prompts(4, 17, 60, r.model.vocab_size, seed=9))
     says = verdict.says(r.model.architecture)
     record_e2e(r.model.name, "whose fault: plain vLLM (no speculators) vs transformers, prompt logprobs",
                "fail" if verdict.vllm_wrong else "pass", says, max_abs_diff=verdict.max_abs_diff)
@@ -177,7 +173,7 @@ def test_shared_memory_hand_off_is_bit_identical_to_the_rpc(run, record_e2e):
 
     gen = run.generator
     shipped = gen.copy_out
-    batch = prompts(6, 40, 200, seed=12, vocab=run.model.vocab_size)
+    batch = random_prompts(6, 40, 200, run.model.vocab_size, seed=12)
     before = gen.real_executor.collective_rpc("_harness_set_transport", args=("shm",))[0]
     gen.copy_out = transport.CopyOut(threads=2)
     try:

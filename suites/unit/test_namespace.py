@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from harness.namespace import TorchProxy, rebind, rebind_function
+from harness.namespace import TorchProxy, rebind
 
 
 def test_rebind_replaces_globals_in_the_subclass_only():
@@ -31,9 +31,6 @@ def test_rebind_refuses_names_the_module_does_not_have():
         rebind(C, {"no_such_global": 1})
 
 
-def test_rebind_function_and_proxy():
-    def area(r):
-        return math.pi * r * r
-
-    assert rebind_function(area, {"math": TorchProxy(math, pi=3)})(1) == 3
-    assert area(1) == math.pi
+def test_torch_proxy_replaces_only_what_it_is_given():
+    proxy = TorchProxy(math, pi=3)
+    assert proxy.pi == 3 and proxy.sqrt(4) == 2 and math.pi != 3
