@@ -22,7 +22,7 @@ max(8192, max_model_len) tokens a step, eager, prefix caching off); they are tim
 (`harness.bench.paired`). Each extraction call is split into phases by wrapping the objects speculators'
 loop calls (scheduler, execute_model, each RPC); "rest" is speculators' slicing and copies plus our checks.
 `--cprofile` adds the top functions of one extraction call. `--before` first times the pairs with the
-unoptimised copy-out (`harness.transport.CopyOut(enabled=False)`: speculators' per-prompt copies on the one
+unoptimised copy-out (`harness.runtime.transport.CopyOut(enabled=False)`: speculators' per-prompt copies on the one
 torch thread vLLM leaves the caller, into fresh pages), then as shipped.
 
 MFU: model FLOPs = 2 x (non-embedding parameters active per token) x tokens + causal attention
@@ -162,7 +162,7 @@ def rpc_label(args) -> str:
 
 
 def start_ours(model, max_model_len: int, share: float, backend: str | None):
-    from harness.generator import HarnessGenerator, options_for
+    from harness.runtime.generator import HarnessGenerator, options_for
 
     opts = options_for(model, dtype="bfloat16", **({"attention_backend": backend} if backend else {}))
     return HarnessGenerator(model.path, None, max_model_len=max_model_len, gpu_memory_utilization=share, options=opts)
@@ -172,7 +172,7 @@ def start_plain(model, max_model_len: int, share: float, backend: str | None):
     from vllm import EngineArgs
 
     from harness import bench
-    from harness.generator import attention_backend_kwargs, text_only_kwargs
+    from harness.runtime.generator import attention_backend_kwargs, text_only_kwargs
 
     kwargs = {}
     if (model.run_options or {}).get("language_model_only"):
@@ -190,7 +190,8 @@ def shm_free() -> int:
 def measure(args) -> dict:
     import torch
 
-    from harness import bench, models, transport
+    from harness import bench, models
+    from harness.runtime import transport
 
     fixture = shape_fixture(args.shape)
     t0 = time.perf_counter()
@@ -251,7 +252,7 @@ def measure(args) -> dict:
                 print(f"    {k:45s} {v * 1e3:9.1f} ms")
             return r
 
-        if args.before:  # the copy-out as it was before harness.transport.CopyOut (this process, first)
+        if args.before:  # the copy-out as it was before harness.runtime.transport.CopyOut (this process, first)
             gen.copy_out = transport.CopyOut(enabled=False)
             out["before"] = one_round("before: copy-out on vLLM's 1 thread, fresh pages")
             gen.copy_out = transport.CopyOut(workers=1)

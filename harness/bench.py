@@ -106,7 +106,7 @@ def shutdown(llm) -> None:
 def run(model_name: str = "tiny-llama", pairs: int = 5, dtype: str = "float32", max_model_len: int = 512) -> dict:
     from harness import models
     from harness.contracts import mla
-    from harness.generator import HarnessGenerator, options_for
+    from harness.runtime.generator import HarnessGenerator, options_for
 
     started = time.perf_counter()
     model = models.build(model_name)
@@ -131,7 +131,7 @@ def run(model_name: str = "tiny-llama", pairs: int = 5, dtype: str = "float32", 
 
 
 def write(env: str, result: dict, report_dir: Path = REPORTS) -> Path:
-    from harness.report import write_atomic
+    from harness.reporting.report import write_atomic
 
     path = Path(report_dir) / f"{env}.bench.json"
     write_atomic(path, json.dumps(result, indent=2) + "\n")

@@ -30,7 +30,8 @@ def _fail(message: str) -> int:
 
 
 def cmd_expectations(args) -> int:
-    from harness import expectations, versions
+    from harness import versions
+    from harness.reporting import expectations
 
     if getattr(args, "draft_from", None):
         print(expectations.draft(json.loads(Path(args.draft_from).read_text())), end="")
@@ -60,7 +61,7 @@ def cmd_run(args) -> int:
     with tempfile.TemporaryFile() as held:
         with fdio.fds_to(held, (2,)):  # what libraries print while vLLM's platform is imported, held back:
             versions.device_type()  # a refused run says one line; an accepted one replays it below
-        from harness import expectations
+        from harness.reporting import expectations
 
         missing = not expectations.file_for(versions.vllm_version(), versions.device_type()).is_file()
         observing = missing and not args.strict and not args.skip_expectation_check
@@ -75,7 +76,7 @@ def cmd_run(args) -> int:
         if rc:
             return rc
         if observe_only():  # observing needs no expectations, but a file that exists must still be valid
-            from harness import expectations
+            from harness.reporting import expectations
 
             try:
                 path = expectations.file_for(versions.vllm_version(), versions.device_type())
@@ -172,7 +173,7 @@ def cmd_gpu_nightly(args) -> int:
 
 def cmd_matrix(args) -> int:
     """Merge reports/vllm*.json into reports/matrix.{json,md,html}."""
-    from harness import matrix
+    from harness.reporting import matrix
 
     m = matrix.write(Path(args.report_dir))
     bad = [c["version"] for c in m["columns"] if c["status"] == "fail"]
@@ -195,36 +196,36 @@ def cmd_bench(args) -> int:
 
 def cmd_matrix_envs(args) -> int:
     """The matrix envs as one JSON list (CI fans out over it: .github/workflows/matrix.yml)."""
-    from harness import matrix
+    from harness.envs import tox_envs
 
-    print(json.dumps(matrix.env_names()))
+    print(json.dumps(tox_envs.env_names()))
     return 0
 
 
 def cmd_tox_envs(args) -> int:
-    from harness import matrix
-    from harness.report import write_atomic
+    from harness.envs import tox_envs
+    from harness.reporting.report import write_atomic
 
     if not args.write:
-        print(matrix.tox_section(), end="")
+        print(tox_envs.tox_section(), end="")
         return 0
     path = REPO_ROOT / "tox.ini"
     try:
-        rendered = matrix.render_tox_ini(path.read_text())
+        rendered = tox_envs.render_tox_ini(path.read_text())
     except ValueError as e:
         return _fail(f"{path}: {e}")
     changed = rendered != path.read_text()
     if changed:
         write_atomic(path, rendered)
-    print(f"harness: {path} {'rewritten' if changed else 'already up to date'}: envs {', '.join(matrix.env_names())}")
+    print(f"harness: {path} {'rewritten' if changed else 'already up to date'}: envs {', '.join(tox_envs.env_names())}")
     return 0
 
 
 def cmd_envfix(args) -> int:
-    from harness import matrix
+    from harness.envs import envfix
 
     try:
-        applied = matrix.envfix()
+        applied = envfix.envfix()
     except RuntimeError as e:
         return _fail(str(e))
     print("harness envfix: " + (", ".join(applied) if applied else "nothing needed"))

@@ -37,7 +37,7 @@ class TinyModel:
     family: str
     hf_config: dict
     fingerprint: str
-    run_options: dict = None  # harness.generator.Options fields this model needs (e.g. language_model_only)
+    run_options: dict = None  # harness.runtime.generator.Options fields this model needs (e.g. language_model_only)
 
     @property
     def text_config(self) -> dict:
@@ -212,7 +212,7 @@ class KimiK25Config(PretrainedConfig):
 '''
 
 
-#: What tiny-Kimi's stand-in processor raises when asked about media (harness.attribution recognises it).
+#: What tiny-Kimi's stand-in processor raises when asked about media (harness.reporting.attribution recognises it).
 TEXT_ONLY_REFUSAL = "tiny-Kimi is a text-only checkpoint: it has no vision weights"
 #: vLLM's Kimi-K2.5 processing info loads the checkpoint's image processor (remote code in real
 #: checkpoints) even for text-only runs, and reads two attributes of it. tiny-Kimi is text-only: its

@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from harness import surface
-from harness.generator import HarnessGenerator, ShimState, generator_class, options_for
+from harness.runtime.generator import HarnessGenerator, ShimState, generator_class, options_for
 from harness.models import TinyModel
 
 MAX_MODEL_LEN = 512

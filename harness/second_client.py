@@ -92,7 +92,7 @@ def _child(args) -> int:
     import speculators.data_generation.vllm_hidden_states_generator as mod
 
     from harness.contracts.memory import platform_mem_get_info
-    from harness.namespace import rebind
+    from harness.runtime.namespace import rebind
 
     real_model_config = mod.ModelConfig
 

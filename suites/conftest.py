@@ -49,7 +49,7 @@ def _start(name: str) -> ModelRun:
     from harness import models
     from harness.contracts import mla
     from harness.contracts.base import Attempt
-    from harness.generator import HarnessGenerator, options_for
+    from harness.runtime.generator import HarnessGenerator, options_for
     from harness.probe_context import MAX_MODEL_LEN, ProbeContext
 
     model = models.build(name)

@@ -67,7 +67,7 @@ def short_path(filename: str) -> str:
 
 
 def resolve(dotted: str):
-    """The object a dotted reference names (`harness.executor_view.ExecutorView.execute_model`); LookupError if
+    """The object a dotted reference names (`harness.runtime.executor_view.ExecutorView.execute_model`); LookupError if
     no importable module in it holds the rest. Shim references are resolved with it (a unit test, the gate)."""
     import importlib
 
@@ -121,7 +121,7 @@ class Attempt:
 
 class Attach(str, enum.Enum):
     """Where in speculators' run a shim takes effect, and so the signature of its function. Each site applies
-    every selected shim attached there in one loop (harness.generator, harness.executor_view, harness.worker)."""
+    every selected shim attached there in one loop (harness.runtime.generator, harness.runtime.executor_view, harness.runtime.worker)."""
 
     #: fn(): before speculators is imported, in the driver and in each worker process.
     IMPORT = "import"

@@ -8,7 +8,7 @@ CUDA's free memory where CUDA is the platform, else the KV-cache space the CPU p
 from __future__ import annotations
 
 from harness.contracts.base import Attach, Attempt, Contract, Observation, Shim
-from harness.namespace import TorchProxy
+from harness.runtime.namespace import TorchProxy
 
 def needed() -> bool:
     import torch

@@ -152,7 +152,7 @@ def start_in_child(model) -> Attempt:
     import subprocess
     import sys
 
-    code = ("from harness import models; from harness.generator import HarnessGenerator, options_for; "
+    code = ("from harness import models; from harness.runtime.generator import HarnessGenerator, options_for; "
             f"m = models.build({model.name!r}); "
             "g = HarnessGenerator(m.path, [0], max_model_len=64, options=options_for(m, dtype='float32')); g.close(); "
             "print('STARTED')")

@@ -10,7 +10,7 @@ single reply in a list; which reply shape the executor has is learned by an echo
 from __future__ import annotations
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
-from harness.executor_view import echo
+from harness.runtime.executor_view import echo
 
 def speculators_read(rpc, layers):
     """What speculators does with the reply (vllm_hidden_states_generator.generate)."""

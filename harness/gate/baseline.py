@@ -24,11 +24,11 @@ def last_known_good(report_dir: Path = REPORTS, verified: Path = VERIFIED) -> tu
         if pin.get("version"):
             extra = ", ".join(f"{k} {pin[k]}" for k in ("commit", "verified") if pin.get(k))
             return str(pin["version"]), f"pinned in {verified.name}" + (f" ({extra})" if extra else "")
-    from harness import matrix
-    from harness.report import judge
+    from harness.envs import tox_envs
+    from harness.reporting.report import judge
 
     passing = []
-    for version, meta in matrix.versions().items():
+    for version, meta in tox_envs.versions().items():
         path = Path(report_dir) / f"{meta['env']}.json"
         if path.is_file() and judge(json.loads(path.read_text()))[0] == "pass":
             passing.append((version, path.name))

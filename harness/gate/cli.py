@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from harness.paths import REPORTS
-from harness.report import write_atomic
+from harness.reporting.report import write_atomic
 
 HELP = "pre-upgrade gate: can speculators move to another vLLM? (static reading of the sources)"
 EPILOG = ("environment: HARNESS_PYPI_URL (the simple index to read vLLM from; default https://pypi.org/simple), "

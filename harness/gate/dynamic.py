@@ -23,9 +23,9 @@ NOT_REQUESTED = "dynamic check not requested (--dynamic or --use-reports): only 
 
 
 def env_for(version: str) -> str | None:
-    from harness import matrix
+    from harness.envs import tox_envs
 
-    meta = matrix.versions().get(version)
+    meta = tox_envs.versions().get(version)
     return meta["env"] if meta and meta.get("runnable", True) else None
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness import surface
 from harness.paths import FIXTURES
-from harness.report import write_atomic
+from harness.reporting.report import write_atomic
 
 DEFAULT_SPECULATORS = "0.3.0"
 DIRECTORY = FIXTURES / "surfaces"

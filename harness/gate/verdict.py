@@ -42,7 +42,7 @@ from harness.gate import coverage
 from harness.gate.allowlist import Entry, apply
 from harness.gate.facts import SURFACE, Finding
 from harness.gate.static import Comparison
-from harness.report import now
+from harness.reporting.report import now
 
 SCHEMA = "harness-gate/1"
 EXIT = {"SAFE": 0, "NEEDS-SHIM-AND-COVERED": 0, "NEEDS-NEW-SHIM": 1, "BROKEN": 1, "UNDECIDED": 2}

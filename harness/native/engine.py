@@ -55,7 +55,7 @@ def engine_kwargs(model, native_ids: list[int], storage, *, max_model_len: int =
     """
     from vllm.engine.arg_utils import EngineArgs
 
-    from harness.generator import attention_backend_kwargs, text_only_kwargs
+    from harness.runtime.generator import attention_backend_kwargs, text_only_kwargs
 
     kw = dict(model=str(model.path), dtype="float32", max_model_len=max_model_len, enforce_eager=True,
               enable_prefix_caching=False, max_num_seqs=32, max_num_batched_tokens=max(8192, max_model_len),

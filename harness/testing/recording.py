@@ -37,7 +37,7 @@ def observe_only() -> bool:
 
 @pytest.fixture(scope="session")
 def expectations(harness_meta):
-    from harness import expectations as exp
+    from harness.reporting import expectations as exp
 
     if observe_only():
         return {"path": "none (HARNESS_OBSERVE=1)", "table": {}}
@@ -75,7 +75,7 @@ def record_e2e(request):
 
 @pytest.fixture
 def record_proof(request):
-    """`record(key, result, text)`: a shim proof's result for contract row `key` (see harness.report.PROOF_*)."""
+    """`record(key, result, text)`: a shim proof's result for contract row `key` (see harness.reporting.report.PROOF_*)."""
     def record(key: str, result: str, text: str = "") -> None:
         request.node.user_properties.append((PROOF, {"contract": key, "result": result, "evidence": text[:400]}))
     return record
@@ -94,7 +94,7 @@ def outcome_to_prove(key: str, expectations):
     if not observe_only():
         return expectations["table"].get(key)
     from harness.contracts.base import Outcome
-    from harness.expectations import Expectation
+    from harness.reporting.expectations import Expectation
 
     data = COLLECTOR.observations.get(key)
     if data is None:

@@ -21,7 +21,7 @@ def timings(col: Collector) -> dict:
     """Where the session's time went: the slowest tests, the shim proofs, the generator start-ups."""
     import statistics
 
-    from harness.generator import START_SECONDS
+    from harness.runtime.generator import START_SECONDS
 
     slowest = sorted(col.durations.items(), key=lambda kv: -kv[1])[:15]
     starts = list(START_SECONDS)
@@ -135,7 +135,7 @@ def selection(config, col: Collector) -> dict:
 def attach_proofs(rows: list[dict], proofs: dict[str, dict]) -> None:
     """Every contract row says what its shim's proof showed, that it did not run, or why none applies."""
     from harness import contracts
-    from harness.report import PROOF_NA, PROOF_NOT_RUN
+    from harness.reporting.report import PROOF_NA, PROOF_NOT_RUN
 
     wanted = contracts.proof_keys()
     for row in rows:
@@ -151,7 +151,7 @@ def attach_proofs(rows: list[dict], proofs: dict[str, dict]) -> None:
 def write_report(rep: dict, directory: Path) -> tuple[Path, Path]:
     """A partial run (a subset, interrupted, stopped early) never replaces the report of a complete run of the
     same env: it goes to <env>.incomplete.*. A complete run replaces both."""
-    from harness.report import complete_run, write
+    from harness.reporting.report import complete_run, write
 
     target = directory / f"{rep['env']}.json"
     if not rep["complete_run"] and target.is_file():
@@ -169,7 +169,7 @@ def write_report(rep: dict, directory: Path) -> tuple[Path, Path]:
 
 @pytest.hookimpl(trylast=True)  # after pytest's own teardown of session fixtures (generators closed)
 def pytest_sessionfinish(session, exitstatus):
-    from harness import zmq_contexts
+    from harness.runtime import zmq_contexts
 
     zmq_contexts.destroy_all()  # every engine is shut down by now; see the module for why
     config = session.config
@@ -186,9 +186,10 @@ def pytest_sessionfinish(session, exitstatus):
             col.meta = versions.snapshot()
         except Exception as e:  # noqa: BLE001 - the report must still be written
             col.notes.append(f"versions unknown: {e}")
-    from harness import contracts, expectations as exp
+    from harness import contracts
+    from harness.reporting import expectations as exp
     from harness.models import load_fixture
-    from harness.report import build
+    from harness.reporting.report import build
 
     families = [load_fixture(m)["family"] for m in contracts.E2E_MODELS]
     defined = set(contracts.keys(families)) | set(contracts.e2e_keys()) | set(contracts.native_keys())
@@ -210,8 +211,8 @@ def pytest_sessionfinish(session, exitstatus):
     col.last_report = rep
     j, m = write_report(rep, Path(config.getoption("--harness-report-dir")))
     if observe_only() and rep["contracts"]:
-        from harness.expectations import draft
-        from harness.report import write_atomic
+        from harness.reporting.expectations import draft
+        from harness.reporting.report import write_atomic
 
         drafted = j.with_name(f"{rep['env']}.expectations-draft.toml")
         write_atomic(drafted, draft(rep))

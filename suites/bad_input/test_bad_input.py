@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from harness.generator import HarnessGenerator, HarnessInputError, TruncationWarning
-from harness.executor_view import WorkerTimeout
+from harness.runtime.generator import HarnessGenerator, HarnessInputError, TruncationWarning
+from harness.runtime.executor_view import WorkerTimeout
 
 LLAMA = "tiny-llama"
 
@@ -165,7 +165,7 @@ def test_worker_killed_mid_generate_is_named_and_sticks(runs):
     import signal
     import threading
 
-    from harness.executor_view import WorkerDied
+    from harness.runtime.executor_view import WorkerDied
 
     gen = HarnessGenerator(runs(LLAMA).model.path, [1], max_model_len=256)
     try:
@@ -189,7 +189,7 @@ def test_worker_killed_mid_generate_is_named_and_sticks(runs):
 _MQ_SCRIPT = '''
 import gc, sys, weakref
 from vllm.distributed.device_communicators.shm_broadcast import MessageQueue
-from harness import zmq_contexts
+from harness.runtime import zmq_contexts
 contexts = weakref.WeakSet()
 with zmq_contexts.track(contexts):
     mq = MessageQueue(1, 1)
@@ -227,7 +227,8 @@ def test_executor_zmq_contexts_never_hang_the_collector(record_note):
 
 
 def _has_expectations() -> bool:
-    from harness import expectations, versions
+    from harness import versions
+    from harness.reporting import expectations
 
     return expectations.file_for(versions.vllm_version(), versions.device_type()).is_file()
 

@@ -19,7 +19,7 @@ import pytest
 from harness import contracts, fdio
 from harness.contracts.base import Attempt, Outcome
 from harness.testing.recording import not_applicable, observe_only, outcome_to_prove
-from harness.report import PROOF_FAILED, PROOF_NA, PROOF_NEEDED, PROOF_NOT_NEEDED
+from harness.reporting.report import PROOF_FAILED, PROOF_NA, PROOF_NEEDED, PROOF_NOT_NEEDED
 
 PROMPTS = [[(7 * i + 3 * j) % 500 + 4 for j in range(40)] for i in range(2)]  # 2 full blocks and more each
 
@@ -28,7 +28,7 @@ def _extract(name: str, disable: frozenset, calls: int = 2, run=None):
     """speculators' generator with `disable` left out: `calls` extractions of PROMPTS, or the contract's own
     `proof_run(gen)` (a batch and a check the contract needs, e.g. C-chunkedprefill's request order)."""
     from harness import models
-    from harness.generator import HarnessGenerator, options_for
+    from harness.runtime.generator import HarnessGenerator, options_for
     from harness.probe_context import MAX_MODEL_LEN
 
     model = models.build(name)
@@ -113,7 +113,7 @@ def _start_with_mla_on(model) -> Attempt:
     """C-mla's run without its shim: start the model with MLA on. The root cause is logged by the worker, not
     raised in the driver, so the workers get a log file (spawned workers inherit stdout and stderr)."""
     from harness.contracts import mla
-    from harness.generator import HarnessGenerator, options_for
+    from harness.runtime.generator import HarnessGenerator, options_for
 
     saved_env = os.environ.pop(mla.ENV, None)
     with tempfile.TemporaryFile(mode="w+") as log:

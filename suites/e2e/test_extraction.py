@@ -151,7 +151,7 @@ def test_prompt_alone_equals_prompt_in_batch(run, record_e2e, numerics_expected,
 def test_a_broken_cell_says_whose_fault_it_is(name, runs, expectations, record_e2e):
     """Where e2e[model] is expected broken, the same model through plain vLLM (no speculators, no shims) must be
     wrong too -- or not start: then the cell is vLLM's. Plain vLLM right would make it our bug, and fails here."""
-    from harness import attribution
+    from harness.reporting import attribution
 
     if not expected_broken(expectations, name):
         not_applicable(f"e2e[{name}] is not expected broken on this vLLM: nothing to attribute")
@@ -166,10 +166,10 @@ def test_a_broken_cell_says_whose_fault_it_is(name, runs, expectations, record_e
 
 
 def test_shared_memory_hand_off_is_bit_identical_to_the_rpc(run, record_e2e):
-    """The captured states travel through /dev/shm (harness.transport) instead of the RPC reply, and the caller
+    """The captured states travel through /dev/shm (harness.runtime.transport) instead of the RPC reply, and the caller
     copies them out on more than one thread into reused memory: the results must be the same bits as speculators'
     own path (RPC reply, one thread, fresh pages) on the same prompts, and the shared path must be used."""
-    from harness import transport
+    from harness.runtime import transport
 
     gen = run.generator
     shipped = gen.copy_out

@@ -60,7 +60,7 @@ class TierRun:
 
 
 def _options(cfg, hf_config: dict):
-    from harness.generator import Options
+    from harness.runtime.generator import Options
 
     multimodal = "text_config" in hf_config and "vision_config" in hf_config
     return Options(dtype=cfg.dtype, attention_backend=cfg.attention_backend, language_model_only=multimodal)
@@ -72,7 +72,7 @@ def tier(request):
 
     from harness import gpu_tier, versions
     from harness.contracts import mla
-    from harness.generator import HarnessGenerator, text_config
+    from harness.runtime.generator import HarnessGenerator, text_config
     from harness.models import TinyModel
 
     cfg = gpu_config(request.config)
@@ -107,7 +107,7 @@ def tier(request):
 
 def _write_report(run: TierRun, meta: dict) -> None:
     from harness import gpu_tier
-    from harness.report import write_atomic
+    from harness.reporting.report import write_atomic
 
     cfg = run.cfg
     name = gpu_tier.report_name(run.model_name, cfg.tp, cfg.dtype)

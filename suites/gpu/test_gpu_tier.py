@@ -124,7 +124,7 @@ def test_model_contracts(tier, record_observation, expectations):
 
 
 def test_fewer_gpus_than_tp_is_a_clear_error(tier):
-    from harness.generator import HarnessGenerator, HarnessInputError
+    from harness.runtime.generator import HarnessGenerator, HarnessInputError
 
     if tier.cfg.allow_cpu:
         pytest.skip("dry run on CPU: there are no GPUs to count")

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from harness import bench
-from harness.matrix import bench_cell
+from harness.reporting.matrix import bench_cell
 
 
 def test_pairs_interleave_and_alternate_after_warmup():

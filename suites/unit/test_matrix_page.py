@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from harness import matrix
+from harness.reporting import matrix_page
 from harness.paths import REPO_ROOT
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -27,7 +27,7 @@ def _browser(url: str, *args: str) -> subprocess.CompletedProcess:
 def test_the_page_shows_every_cell_and_a_cells_evidence_opens(tmp_path):
     m = json.loads((REPO_ROOT / "reports" / "matrix.json").read_text())
     page = tmp_path / "matrix.html"
-    page.write_text(matrix.to_html(m))
+    page.write_text(matrix_page.to_html(m))
     key, ver = "twophase", m["columns"][-1]["version"]
     cell = m["rows"][key][ver]
     dom = _browser(f"file://{page}#{key}@{ver}", "--dump-dom").stdout

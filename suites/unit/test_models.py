@@ -74,7 +74,7 @@ def test_bad_layer_ids_and_configs_are_refused_before_vllm(tmp_path):
 
     import pytest
 
-    from harness.generator import HarnessGenerator, HarnessInputError
+    from harness.runtime.generator import HarnessGenerator, HarnessInputError
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from harness import report
+from harness.reporting import report
 
 
 def test_write_atomic_replaces_and_leaves_no_temp(tmp_path):
@@ -40,8 +40,8 @@ def test_error_texts_and_gpu_config_carry_no_machine_paths():
     from harness.paths import REPO_ROOT
 
     err = ("cannot import name 'x' from 'vllm.a' (/home/u/proj/.tox/e/lib/python3.11/site-packages/vllm/a.py); "
-           f"see {REPO_ROOT}/harness/worker.py")
-    assert summarize(err) == "cannot import name 'x' from 'vllm.a' (vllm/a.py); see harness/worker.py"
+           f"see {REPO_ROOT}/harness/runtime/worker.py")
+    assert summarize(err) == "cannot import name 'x' from 'vllm.a' (vllm/a.py); see harness/runtime/worker.py"
     cfg = gpu_tier.TierConfig(model_path=None)
     assert gpu_tier.asdict_config(cfg)["prompts_file"] == "fixtures/prompts/gpu-prompts.json"
     outside = gpu_tier.asdict_config(gpu_tier.TierConfig(model_path="/models/Kimi-K2.5", report_dir="/root/out/gpu"))

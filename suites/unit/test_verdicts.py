@@ -7,7 +7,10 @@ import re
 
 import pytest
 
-from harness import cli, contracts, matrix, report
+from harness import cli, contracts
+from harness.envs import tox_envs
+from harness.reporting import matrix
+from harness.reporting import report
 from harness.paths import REPO_ROOT
 
 SHIMMED_ROW = {"contract": "sched", "outcome": "shimmed", "expected": "shimmed", "shim": "s", "reason": "r",
@@ -103,7 +106,7 @@ def test_a_failing_subset_does_not_count_as_a_complete_run(tmp_path):
 
 
 def test_matrix_shows_incomplete_and_unproven_cells(tmp_path):
-    env = next(iter(matrix.versions().values()))["env"]
+    env = next(iter(tox_envs.versions().values()))["env"]
     rep = _rep([{k: v for k, v in SHIMMED_ROW.items() if k != "proof"}])
     rep.update(e2e=[], generated_at="t")
     (tmp_path / f"{env}.json").write_text(json.dumps(rep))
@@ -148,7 +151,7 @@ def test_committed_reports_hold_no_object_addresses():
 
 
 def test_attribution_names_whose_fault_a_broken_cell_is(monkeypatch):
-    from harness.attribution import AGREE, Verdict
+    from harness.reporting.attribution import AGREE, Verdict
     from harness.contracts.base import Attempt
 
     monkeypatch.delenv("VLLM_MLA_DISABLE", raising=False)
@@ -175,7 +178,7 @@ def test_shared_memory_hand_off_reuses_its_mapping_and_never_reads_a_lost_buffer
 
     import torch
 
-    from harness import transport
+    from harness.runtime import transport
 
     pub = transport.Publisher(str(tmp_path))
     first = pub.publish([torch.arange(6, dtype=torch.float32).reshape(2, 3)])
@@ -205,7 +208,7 @@ def test_a_run_on_a_vllm_without_expectations_is_observed_never_pass_nor_fail():
 
 def test_copy_threads_leave_a_core_per_worker_and_stay_bounded(monkeypatch):
     """The caller's copy threads: cores less one per busy-polling worker and one spare, 1 to MAX_COPY_THREADS."""
-    from harness import transport
+    from harness.runtime import transport
 
     for cores, workers, want in ((2, 1, 1), (16, 1, 8), (16, 8, 7), (128, 8, 8), (4, 4, 1)):
         monkeypatch.setattr(transport.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from harness import matrix
+from harness.envs import tox_envs
 from harness.paths import REPO_ROOT
 
 WORKFLOWS = sorted((REPO_ROOT / ".github" / "workflows").glob("*.yml"))
@@ -38,7 +38,7 @@ def test_matrix_workflow_fans_out_over_exactly_the_tox_matrix():
                             cwd=REPO_ROOT, timeout=60)
     envs = json.loads(listed.stdout)
     label = next(line for line in (REPO_ROOT / "tox.ini").read_text().splitlines() if line.strip().startswith("matrix ="))
-    assert envs == matrix.env_names() == [e.strip() for e in label.split("=", 1)[1].split(",")][:-1]
+    assert envs == tox_envs.env_names() == [e.strip() for e in label.split("=", 1)[1].split(",")][:-1]
     wf = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / "matrix.yml").read_text())
     jobs = wf["jobs"]
     assert "python -m harness matrix-envs" in jobs["envs"]["steps"][-1]["run"]

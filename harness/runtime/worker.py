@@ -20,9 +20,9 @@ for _, _shim in contracts.selected(Attach.IMPORT):  # in the worker process: bef
 
 from speculators.data_generation.custom_worker import HiddenStatesWorkerExtension  # noqa: E402
 
-from harness import transport  # noqa: E402
+from harness.runtime import transport  # noqa: E402
 from harness.contracts.base import Attempt  # noqa: E402
-from harness.namespace import rebind  # noqa: E402
+from harness.runtime.namespace import rebind  # noqa: E402
 
 _SPECULATORS_MODULE_GLOBALS = vars(__import__("sys").modules[HiddenStatesWorkerExtension.__module__])
 
@@ -39,7 +39,7 @@ def run_forward_in_config_context(worker) -> None:
     a CustomOp during the forward fails with "Current vLLM config is not set". The CPU fused-MoE fallback
     (taken where `torch.ops._C.prepack_moe_weight` is absent, e.g. on an AVX2-only EPYC) builds `SiluAndMul`
     per call: on 0.14 already in the warm-up run (plain vLLM fails the same way there, see
-    harness.attribution), on 0.20 and 0.22 in every MoE step. The context only makes the config readable;
+    harness.reporting.attribution), on 0.20 and 0.22 in every MoE step. The context only makes the config readable;
     it changes no numbers. Set on the instance, once, before the executor's warm-up (`_harness_configure`).
     """
     if worker.__dict__.get("_harness_config_context"):
@@ -113,7 +113,7 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
     _harness_publisher = None
 
     def _get_captured_states(self):
-        """speculators' states, handed over through shared memory where there is room (harness.transport)."""
+        """speculators' states, handed over through shared memory where there is room (harness.runtime.transport)."""
         states = super()._get_captured_states()
         for _, shim in contracts.selected(Attach.WORKER_STATES, self._harness_disabled):
             states = shim.fn(self, states)

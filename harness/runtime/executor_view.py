@@ -15,7 +15,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from harness import contracts, transport
+from harness import contracts
+from harness.runtime import transport
 from harness.contracts.base import Attach
 
 

@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import transport, zmq_contexts
+from harness.runtime import transport, zmq_contexts
 from harness import contracts
 from harness.contracts import chunkedprefill
 from harness.contracts.base import Attach
-from harness.executor_view import ExecutorView
-from harness.namespace import rebind
+from harness.runtime.executor_view import ExecutorView
+from harness.runtime.namespace import rebind
 
-WORKER_EXTENSION = "harness.worker.HarnessWorkerExtension"
+WORKER_EXTENSION = "harness.runtime.worker.HarnessWorkerExtension"
 DEFAULT_RPC_TIMEOUT_S = float(os.environ.get("HARNESS_RPC_TIMEOUT_S", "600"))
 
 

@@ -65,7 +65,7 @@ def _engine_kwargs(model, max_model_len: int) -> dict:
     kwargs = dict(model=str(model.path), dtype="float32", max_model_len=max_model_len, enforce_eager=True,
                   enable_prefix_caching=False, trust_remote_code=True, seed=0)
     if (model.run_options or {}).get("language_model_only"):
-        from harness.generator import text_only_kwargs
+        from harness.runtime.generator import text_only_kwargs
 
         kwargs.update(text_only_kwargs(EngineArgs))  # as the harness's own runs ask for it
     return kwargs
@@ -113,7 +113,7 @@ def _in_child(model, prompts: list[list[int]]) -> list[list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "logprobs.json"
         code = ("import json, sys\n"
-                "from harness import models\nfrom harness.attribution import plain_vllm_logprobs\n"
+                "from harness import models\nfrom harness.reporting.attribution import plain_vllm_logprobs\n"
                 "if __name__ == '__main__':\n"
                 f"    m = models.build({model.name!r})\n"
                 f"    prompts = json.loads(open({str(out) + '.in'!r}).read())\n"

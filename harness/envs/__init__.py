@@ -1,0 +1,1 @@
+"""The vLLM environments: tox envs rendered from the matrix file, and the fix-ups a CPU build needs."""

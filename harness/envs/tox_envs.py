@@ -1,0 +1,61 @@
+"""The tox envs of the version matrix, rendered from `fixtures/envs/matrix.toml`, the one place that says how
+each vLLM version installs (tox.ini carries the rendered text; a unit test keeps the two in sync)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from harness.paths import FIXTURES
+
+MATRIX_FILE = FIXTURES / "envs" / "matrix.toml"
+BEGIN, END = "# --- matrix envs: rendered by `python -m harness tox-envs` from fixtures/envs/matrix.toml ---", "# --- end of matrix envs ---"
+
+
+def versions() -> dict[str, dict]:
+    data = tomllib.loads(MATRIX_FILE.read_text())["versions"]
+    return dict(sorted(data.items(), key=lambda kv: tuple(int(p) for p in kv[0].split("."))))
+
+
+def env_names() -> list[str]:
+    return [v["env"] for v in versions().values()]
+
+
+def tox_section() -> str:
+    vs = versions()
+    names = ",".join(v["env"].removeprefix("vllm") for v in vs.values())
+    lines = [BEGIN, f"[testenv:vllm{{{names}}}]",
+             "description = the conformance run for one vLLM CPU build (see fixtures/envs/matrix.toml)",
+             "extras = suite", "deps ="]
+    for v in vs.values():
+        lines += [f"    {v['env']}: {dep}" for dep in [v["package"], *v["deps"]]]
+    lines += ["set_env =", "    {[testenv]set_env}"]
+    for ver, v in vs.items():
+        if v["overrides"]:
+            lines.append(f"    {v['env']}: UV_OVERRIDE = {{toxinidir}}/fixtures/envs/vllm-{ver}.override.txt")
+        if v.get("preload"):
+            lines.append(f"    {v['env']}: LD_PRELOAD = {':'.join(v['preload'])}")
+    lines += ["commands_pre =",
+              "    uv pip install --quiet --python {envpython} --no-deps speculators==0.3.0",
+              "    python -m harness envfix",
+              "commands =",
+              "    python -m harness run --env {envname} {env:HARNESS_RUN_ARGS:} -- {posargs:-q}",
+              "    python -m harness bench --env {envname}",
+              END]
+    return "\n".join(lines) + "\n"
+
+
+def render_tox_ini(text: str, matrix_file: Path | None = None) -> str:
+    """`text` (tox.ini) with its matrix section and its `matrix` label rendered from fixtures/envs/matrix.toml:
+    adding a version is one entry there and `python -m harness tox-envs --write`."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"tox.ini lacks the markers of the rendered matrix section ({BEGIN!r} ... {END!r})")
+    text = text[:start] + tox_section().rstrip("\n") + text[end + len(END):]
+    label = "    matrix = " + ", ".join([*env_names(), "matrix-report"])
+    lines = text.split("\n")
+    at = [i for i, line in enumerate(lines) if line.strip().startswith("matrix =")]
+    if len(at) != 1:
+        raise ValueError("tox.ini has no single `matrix = ...` label line under [tox] labels")
+    lines[at[0]] = label
+    return "\n".join(lines)

@@ -1,0 +1,153 @@
+"""The merge of the env reports into `reports/matrix.{json,md,html}`.
+
+`merge()` reads every `reports/vllm*.json` a run left. A version whose env did not produce a report is shown as
+"not runnable here" with the reason from matrix.toml or the missing report — never as passed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.envs.tox_envs import versions
+from harness.paths import REPORTS
+from harness.reporting.report import PROOF_NEEDED, PROOF_NOT_RUN, judge
+
+SCHEMA = "harness-matrix/1"
+
+
+def merge(report_dir: Path = REPORTS) -> dict:
+    vs = versions()
+    columns, rows = [], {}
+    for ver, meta in vs.items():
+        path = Path(report_dir) / f"{meta['env']}.json"
+        col = {"version": ver, "env": meta["env"], "package": meta["package"]}
+        if not meta.get("runnable", True):
+            col.update(status="not runnable here", reason=meta.get("reason") or "see fixtures/envs/matrix.toml")
+        elif not path.is_file():
+            col.update(status="not runnable here", reason=f"no report: reports/{path.name} was not produced (run `tox -e {meta['env']}`)")
+        else:
+            rep = json.loads(path.read_text())
+            bench = Path(report_dir) / f"{meta['env']}.bench.json"
+            if bench.is_file():
+                rep["benchmark"] = json.loads(bench.read_text())
+            # Judged again by the current rule from the report's own content: a report written under an older,
+            # greener rule does not keep its old verdict.
+            status, gaps = judge(rep)
+            col.update(status=status, incomplete=gaps, installed=rep["versions"], generated_at=rep["generated_at"],
+                       wall_s=rep["tests"].get("wall_s"), tiers=rep["tiers"], tests=rep["tests"],
+                       notes=rep.get("notes", []), benchmark=rep.get("benchmark"),
+                       stale=rep.get("stale_expectations", []), mismatched=rep.get("mismatched", []))
+            for c in rep["contracts"]:
+                rows.setdefault(c["contract"], {})[ver] = {
+                    "outcome": c["outcome"], "expected": c.get("expected"), "shim": c.get("shim"),
+                    "reason": c.get("reason"), "error": (c.get("unshimmed") or {}).get("error"),
+                    "proof": c.get("proof") or {"result": PROOF_NOT_RUN, "evidence": "the report records no proof"}}
+            by_model: dict[str, list] = {}
+            for e in rep.get("e2e", []):
+                if not e["model"].startswith("native:"):  # the native cross-check has its own row, native[<model>]
+                    by_model.setdefault(e["model"], []).append(e)
+            for model, checks in by_model.items():
+                # A check that does not apply here says nothing; a measurement is not a check.
+                results = {e["result"] for e in checks} - {"n/a", "measured"}
+                # A failing numeric check in a run that did not fail was expected to fail (e2e[model] = broken).
+                outcome = ("n/a" if not results else "pass" if results <= {"pass"}
+                           else "broken" if status in ("pass", "incomplete") else "fail")
+                rows.setdefault(f"e2e[{model}]", {})[ver] = {
+                    "outcome": outcome, "expected": "broken" if outcome == "broken" else None, "shim": None,
+                    "reason": "; ".join(f"{e['check']}: {e['measured']}" for e in checks), "error": None}
+        columns.append(col)
+    for key, cells in rows.items():
+        for col in columns:
+            if col["version"] not in cells:
+                cells[col["version"]] = {"outcome": "not runnable here" if col["status"] == "not runnable here"
+                                         else "not observed", "reason": col.get("reason", "")}
+    walls = [c["wall_s"] + (c.get("benchmark") or {}).get("wall_s", 0) for c in columns if c.get("wall_s") is not None]
+    return {"schema": SCHEMA, "columns": columns, "rows": dict(sorted(rows.items(), key=_row_order)),
+            # The envs' own session times (tests; benchmark where it recorded its time): what the matrix costs
+            # run one env after another on the machine that wrote the reports.
+            "wall_s_total": round(sum(walls), 1) if walls else None}
+
+
+def shimmed_on(m: dict, contract_id: str) -> str:
+    """Where the matrix observed any row of `contract_id` shimmed, as version ranges over its columns
+    ("0.11.1–0.32.0"; "—" if nowhere). The README's contract table carries this text (a unit test checks it)."""
+    versions = [c["version"] for c in m["columns"]]
+    rows = [cells for key, cells in m["rows"].items() if key.split("[")[0] == contract_id]
+    hit = [any(cells[v]["outcome"] == "shimmed" for cells in rows) for v in versions]
+    runs, start = [], None
+    for i, on in enumerate(hit + [False]):
+        if on and start is None:
+            start = i
+        elif not on and start is not None:
+            runs.append(versions[start] if start == i - 1 else f"{versions[start]}–{versions[i - 1]}")
+            start = None
+    return ", ".join(runs) or "—"
+
+
+def _row_order(item):
+    key = item[0]
+    return (key.startswith("e2e["), key)
+
+
+def bench_cell(b: dict | None) -> str:
+    """A benchmark as a cell: the paired median ratio and its min-max, or a single measurement marked so."""
+    if not b:
+        return "—"
+    if isinstance(b.get("ratio"), dict):
+        r = b["ratio"]
+        return f"{r['median']:.2f} ({r['min']:.2f}–{r['max']:.2f})"
+    return f"{b['ratio']:.2f} (single, unpaired)"
+
+
+def to_markdown(m: dict) -> str:
+    cols = m["columns"]
+    head = "| contract | " + " | ".join(c["version"] for c in cols) + " |"
+    lines = ["# speculators 0.3.0 × vLLM: compatibility matrix", "",
+             "Cells: **native** (speculators' own call works), **shimmed** (fails as documented; our shim restores it),",
+             "**broken** (no shim restores it), n/a, or not runnable here. Observed on each real vLLM CPU build.",
+             "Rows `native*` are vLLM's own hidden-state export (0.17+), not speculators' calls: **native** = it holds "
+             "(`native[model]`: runs here and agrees with ours), **broken** = it does not hold here (the cell says why).", "",
+             head, "|---|" + "---|" * len(cols)]
+    for key, cells in m["rows"].items():
+        lines.append(f"| {key} | " + " | ".join(short_cell(cells[c["version"]]) for c in cols) + " |")
+    lines += ["| status | " + " | ".join(c["status"] if c["status"] != "incomplete" else "*incomplete*"
+                                         for c in cols) + " |",
+              "| wall s | " + " | ".join(str(c.get("wall_s", "—")) for c in cols) + " |"]
+    bench = [c for c in cols if c.get("benchmark")]
+    if bench:
+        lines.append("| extraction / prefill | " + " | ".join(bench_cell(c.get("benchmark")) for c in cols) + " |")
+    if m.get("wall_s_total"):
+        lines += ["", f"Matrix wall time: {m['wall_s_total'] / 60:.0f} min (the envs' sessions and benchmarks, one "
+                      "after another; tox's install time not included)."]
+    if any(PROOF_MARK in short_cell(cell) for cells in m["rows"].values() for cell in cells.values()):
+        lines += ["", f"{PROOF_MARK} shimmed, but the run did not prove the shim needed and sufficient."]
+    partial = [c for c in cols if c["status"] == "incomplete"]
+    if partial:
+        lines += ["", "Incomplete (nothing failed, but not everything was observed):"]
+        lines += [f"- {c['version']}: " + "; ".join(g["what"] for g in c["incomplete"]) for c in partial]
+    missing = [c for c in cols if c["status"] == "not runnable here"]
+    if missing:
+        lines += ["", "Not runnable here:"] + [f"- {c['version']}: {c['reason']}" for c in missing]
+    return "\n".join(lines) + "\n"
+
+
+PROOF_MARK = "†"
+
+
+def short_cell(cell: dict, markdown: bool = True) -> str:
+    o = cell["outcome"]
+    mark = "" if cell.get("expected") in (None, o) else " ≠exp"
+    if o == "shimmed" and (cell.get("proof") or {}).get("result") != PROOF_NEEDED:
+        mark += PROOF_MARK
+    return ("**broken**" if o == "broken" and markdown else o) + mark
+
+
+def write(report_dir: Path = REPORTS) -> dict:
+    from harness.reporting import matrix_page
+    from harness.reporting.report import write_atomic
+
+    m = merge(report_dir)
+    write_atomic(Path(report_dir) / "matrix.json", json.dumps(m, indent=2, default=str) + "\n")
+    write_atomic(Path(report_dir) / "matrix.md", to_markdown(m))
+    write_atomic(Path(report_dir) / "matrix.html", matrix_page.to_html(m))
+    return m

@@ -1,0 +1,107 @@
+"""The matrix as one HTML page: a verdict per version, the legend, and every cell with its evidence one click
+away (filterable by model)."""
+
+from __future__ import annotations
+
+import html
+
+from harness.reporting.matrix import PROOF_MARK, bench_cell, short_cell
+
+
+COLORS = {"native": "#d7f5dd", "shimmed": "#fff3c4", "broken": "#f8c9c9", "n/a": "#eeeeee", "pass": "#d7f5dd",
+          "fail": "#f8c9c9", "not runnable here": "#dddddd", "not observed": "#f8c9c9", "incomplete": "#fde2b8",
+          "observed": "#d6e4ff"}
+LEGEND = (("native", "speculators' own call works"), ("shimmed", "it fails as documented; the harness's shim restores it"),
+          ("broken", "no shim restores it (the cell says whose fault)"), ("pass", "end to end: equal to transformers"),
+          ("n/a", "does not apply to this model or version"), ("not observed", "the run did not observe it"),
+          ("incomplete", "nothing failed, but not everything was observed"))
+
+
+def verdicts(m: dict) -> dict[str, str]:
+    """Per version, one line a team reads first: for which models extraction works, through which shims, or
+    why not."""
+    out = {}
+    for c in m["columns"]:
+        ver = c["version"]
+        if c["status"] == "not runnable here":
+            out[ver] = f"not runnable here: {c.get('reason', '')}"
+            continue
+        e2e = {k[4:-1]: cells[ver] for k, cells in m["rows"].items() if k.startswith("e2e[")}
+        works = [name for name, cell in e2e.items() if cell["outcome"] == "pass"]
+        broken = [f"{name} ({(cell.get('reason') or '')[:120]})" for name, cell in e2e.items()
+                  if cell["outcome"] in ("broken", "fail")]
+        shims = sorted({k.split("[")[0] for k, cells in m["rows"].items()
+                        if cells[ver]["outcome"] == "shimmed" and not k.startswith("native")})
+        line = (f"extraction works for {', '.join(works)}" if works else "extraction works for no model")
+        line += f" through shims {', '.join(shims)}" if shims else " with no shim"
+        if broken:
+            line += f"; broken for {'; '.join(broken)}"
+        if c["status"] != "pass":
+            line += f" [{c['status']}: " + "; ".join(g["what"][:100] for g in c.get("incomplete", [])[:3]) + "]"
+        out[ver] = line
+    return out
+
+
+def _model_of(key: str) -> str:
+    inner = key[key.index("[") + 1:-1] if "[" in key else ""
+    return inner.removeprefix("tiny-").replace("-", "_") if inner else "all"
+
+
+def to_html(m: dict) -> str:
+    """Self-contained (inline CSS and a few lines of script, nothing fetched): a verdict line per version, a
+    colour legend, filters by model and contract, and each cell's evidence one click away (<details>)."""
+    cols = m["columns"]
+    esc = html.escape
+    models = sorted({_model_of(k) for k in m["rows"]} - {"all"})
+    out = ["<!doctype html><html><head><meta charset='utf-8'><title>speculators x vLLM matrix</title><style>",
+           "body{font:13px system-ui,sans-serif;margin:1em}table{border-collapse:collapse}",
+           "td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;white-space:nowrap}th{background:#f4f4f4}",
+           "details summary{cursor:pointer}details div{max-width:28em;white-space:pre-wrap;font-size:11px}",
+           ".legend span{display:inline-block;padding:2px 6px;margin:2px;border:1px solid #bbb}",
+           "#verdicts li{margin:2px 0}",
+           "</style></head><body><h1>speculators 0.3.0 &times; vLLM: compatibility matrix</h1><h2>Verdicts</h2>",
+           "<ul id='verdicts'>"]
+    out += [f"<li data-version='{esc(v)}'><b>vLLM {esc(v)}</b>: {esc(text)}</li>" for v, text in verdicts(m).items()]
+    out.append("</ul><p class='legend'>" + "".join(
+        f"<span style='background:{COLORS[k]}'>{esc(k)}: {esc(t)}</span>" for k, t in LEGEND) + f"<span>{PROOF_MARK}: shimmed, "
+        "but the run did not prove the shim needed and sufficient</span></p>")
+    out.append("<p>Model <select id='model'><option value='all'>all</option>" + "".join(
+        f"<option value='{esc(x)}'>{esc(x)}</option>" for x in models) + "</select> Contract <input id='contract' "
+        "placeholder='e.g. twophase'> (rows <code>native*</code> are vLLM's own export, 0.17+). Click a cell for its "
+        "evidence.</p><table id='matrix'><tr><th>contract</th>")
+    out += [f"<th style='background:{COLORS.get(c['status'], '#f4f4f4')}' title='"
+            + esc("; ".join(g["what"] for g in c.get("incomplete", []))) + f"'>{esc(c['version'])}<br>"
+            f"<small>{esc(c['status'])}</small></th>" for c in cols]
+    out.append("</tr>")
+    for key, cells in m["rows"].items():
+        out.append(f"<tr class='row' data-key='{esc(key)}' data-model='{esc(_model_of(key))}'>"
+                   f"<th style='text-align:left'>{esc(key)}</th>")
+        for c in cols:
+            cell = cells[c["version"]]
+            o = cell["outcome"]
+            detail = "\n".join(x for x in (f"expected: {cell.get('expected')}" if cell.get("expected") else "",
+                                           f"shim: {cell.get('shim')}" if cell.get("shim") else "",
+                                           f"error: {cell.get('error')}" if cell.get("error") else "",
+                                           "proof: {result}: {evidence}".format(**cell["proof"]) if cell.get("proof") else "",
+                                           cell.get("reason") or "") if x)
+            out.append(f"<td class='cell' id='{esc(key)}@{esc(c['version'])}' data-outcome='{esc(o)}' "
+                       f"style='background:{COLORS.get(o, '#fff')}'><details>"
+                       f"<summary>{esc(short_cell(cell, markdown=False))}</summary><div class='evidence'>{esc(detail)}</div>"
+                       "</details></td>")
+        out.append("</tr>")
+    out.append("<tr><th>wall s</th>" + "".join(f"<td>{esc(str(c.get('wall_s', '—')))}</td>" for c in cols) + "</tr>")
+    out.append("<tr><th>extraction / prefill</th>" + "".join(
+        f"<td>{esc(bench_cell(c.get('benchmark')))}</td>" for c in cols) + "</tr>")
+    out.append("</table><script>"
+               "function f(){var m=document.getElementById('model').value,"
+               "q=document.getElementById('contract').value.toLowerCase();"
+               "document.querySelectorAll('tr.row').forEach(function(r){"
+               "var ok=(m==='all'||r.dataset.model===m||r.dataset.model==='all')&&r.dataset.key.toLowerCase().indexOf(q)>=0;"
+               "r.style.display=ok?'':'none';});}"
+               "document.getElementById('model').onchange=f;document.getElementById('contract').oninput=f;"
+               # A link to a cell (matrix.html#twophase@0.16.0) clicks it: its evidence opens as for a user's click.
+               "function g(){var c=document.getElementById(decodeURIComponent(location.hash.slice(1)));"
+               "if(c&&!c.querySelector('details').open){c.querySelector('summary').click();c.scrollIntoView();}}"
+               "window.onhashchange=g;g();"
+               "</script></body></html>\n")
+    return "".join(out)
