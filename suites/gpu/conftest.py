@@ -71,6 +71,7 @@ def tier(request):
     from transformers import AutoTokenizer
 
     from harness import gpu_tier, versions
+    from harness.reporting import gpu_report
     from harness.contracts import mla
     from harness.runtime.generator import HarnessGenerator, text_config
     from harness.models import TinyModel
@@ -102,51 +103,4 @@ def tier(request):
     finally:
         if not run.closed:
             run.generator.close()
-        _write_report(run, versions.snapshot())
-
-
-def _write_report(run: TierRun, meta: dict) -> None:
-    from harness import gpu_tier
-    from harness.reporting.report import write_atomic
-
-    cfg = run.cfg
-    name = gpu_tier.report_name(run.model_name, cfg.tp, cfg.dtype)
-    date = gpu_tier.today()
-    fp = run.facts.get("fingerprint", {})
-    key = gpu_tier.run_key(cfg.model_path, cfg.tp, cfg.dtype, run.prompts, run.facts.get("layer_ids", []))
-    prev = gpu_tier.baseline(Path(cfg.report_dir), key["key"], date)
-    drift = gpu_tier.compare(prev[1].get("fingerprint") if prev else None, fp, prev[0] if prev else None)
-    rep = {"schema": "harness-gpu-report/1", "date": date, "model": run.model_name, "run_key": key,
-           "config": gpu_tier.asdict_config(cfg),
-           "versions": {k: meta.get(k) for k in ("vllm", "vllm_distribution", "speculators", "torch", "transformers")},
-           "device": gpu_tier.device_info(), **run.facts, "drift": drift.__dict__}
-    out = Path(cfg.report_dir)
-    write_atomic(out / f"{date}-{name}.json", json.dumps(rep, indent=2, default=str) + "\n")
-    write_atomic(out / f"{date}-{name}.md", _markdown(rep))
-
-
-def _markdown(rep: dict) -> str:
-    dev = rep["device"]
-    lines = [f"# GPU tier: {rep['model']} — TP={rep['config']['tp']}, {rep['config']['dtype']} ({rep['date']})", "",
-             f"Device: {', '.join(dev.get('nvidia_smi') or dev.get('devices') or ['none'])}; torch {dev.get('torch')} "
-             f"(CUDA {dev.get('torch_cuda')}); vLLM {rep['versions'].get('vllm')}, speculators {rep['versions'].get('speculators')}, "
-             f"transformers {rep['versions'].get('transformers')}.", "",
-             f"Generator start {rep.get('generator_start_s')} s; layers {rep.get('layer_ids')}; shims engaged: "
-             f"{rep.get('engaged_shims')}; MLA disabled: {rep.get('mla_disabled')}.", "",
-             "| check | result | measured |", "|---|---|---|"]
-    for c in rep.get("checks", []):
-        lines.append(f"| {c['check']} | {c['result']} | {c['measured']} |")
-    if rep.get("throughput"):
-        t = rep["throughput"]
-        lines += ["", f"Throughput: {t['tokens']} tokens in {t['seconds']:.3f} s = {t['tokens_per_s']:.0f} tokens/s "
-                  f"(steady call; first call {t['first_call_s']:.3f} s)."]
-    if rep.get("peak_memory_bytes_per_rank"):
-        lines.append("Peak GPU memory per rank (torch allocated): " + ", ".join(
-            f"{b / 2**30:.2f} GiB" for b in rep["peak_memory_bytes_per_rank"] if b is not None))
-    lines += ["", "| layer | rows | sha256 (first 16) | mean | std | absmax |", "|---|---|---|---|---|---|"]
-    for layer, f in rep.get("fingerprint", {}).items():
-        lines.append(f"| {layer} | {f['rows']} | {f['sha256'][:16]} | {f['mean']:.5g} | {f['std']:.5g} | {f['absmax']:.5g} |")
-    d = rep["drift"]
-    lines += ["", f"Drift vs {d['compared_with'] or 'nothing'}: {d.get('outcome', 'DRIFT' if d['drifted'] else 'none').upper()}"
-              + (" — " + "; ".join(d["changes"]) if d["changes"] else "")]
-    return "\n".join(lines) + "\n"
+        gpu_report.write(run.model_name, run.cfg, run.prompts, run.facts, versions.snapshot())

@@ -27,60 +27,17 @@ Where this vLLM has no native path (< 0.17), or it does not run on this platform
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 
 from harness import bench, contracts
 from harness import native as nx
 from harness.contracts.base import Attempt, Observation
-from harness.prompts import random_prompts
+from harness.native.session import NativeRun, gpu_share, layers_of, prompts_for, start
 from harness.testing.recording import not_applicable
 
 TOL = 1e-5
 UNMAPPED_MIN = 1e-2
 REPEATS = 5
-GPU_SHARE = 0.1  # of the card, per native engine on CUDA
-
-
-def prompts_for(vocab: int) -> list[list[int]]:
-    """Six prompts of 17..96 tokens: several KV blocks each, small enough for a 2-core machine."""
-    return random_prompts(6, 17, 96, vocab, seed=21)
-
-
-# -- one native engine per model, shared by the tests below ------------------------------------------------
-@dataclass
-class NativeRun:
-    name: str
-    ours: object  # the shared ModelRun
-    layer_ids: list[int] = field(default_factory=list)  # speculators' ids the native run was asked for
-    exporter: nx.NativeExporter | None = None
-    first: list | None = None  # the first extraction (the agreement prompts)
-    start: Attempt | None = None
-    called: str = ""
-    skip: str | None = None  # why the native comparison cannot run here
-    skip_result: str = "n/a"
-    last_layer: nx.NativeProbe | None = None  # native id n (the last layer's output) exported?
-    agreement: tuple[float, float, str] | None = None  # (max abs diff, tolerance, what was compared), once
-
-    @property
-    def model(self):
-        return self.ours.model
-
-
-def _gpu_share() -> float | None:
-    """On CUDA a native engine takes a small share of the card (tiny models), so that the shared generator, the
-    native engine and the unmapped-ids engine fit side by side; elsewhere vLLM's own default."""
-    from vllm.platforms import current_platform
-
-    return nx.default_gpu_memory_utilization(GPU_SHARE) if current_platform.device_type == "cuda" else None
-
-
-def _layers(ours) -> list[int]:
-    """The shared generator's layers (speculators' convention); both ends where it did not start."""
-    if ours.generator is not None:
-        return list(ours.generator.layer_ids)
-    return [0, ours.model.num_layers - 1]
 
 
 def _need_ours(nr: NativeRun, record_e2e, check: str) -> None:
@@ -91,84 +48,13 @@ def _need_ours(nr: NativeRun, record_e2e, check: str) -> None:
         pytest.fail(why)
 
 
-def _start(name: str, runs) -> NativeRun:
-    """Ours first (it makes the MLA decision and proves the model runs here), then vLLM's native path."""
-    ours = runs(name)
-    nr = NativeRun(name, ours)
-    if ours.absent:
-        nr.skip = ours.absent
-        return nr
-    ok, why = nx.availability()
-    if not ok:
-        nr.skip = f"no native hidden-state export in this vLLM: {why}"
-        return nr
-    from harness.processes import adopt_session_processes
-
-    model = ours.model
-    layers = _layers(ours)
-    prompts = prompts_for(model.vocab_size)
-    last = model.num_layers - 1
-    last_check = f"native id {model.num_layers} (last layer's output, speculators' {last}) exported"
-    without_last: nx.NativeExportError | None = None  # the first failure, when the last layer was then dropped
-    while True:
-        nr.layer_ids = layers
-        nr.called = (f"LLM({model.architecture}, dtype=float32, speculative_config={{method: {nx.METHOD}, "
-                     f"eagle_aux_hidden_state_layer_ids: {sorted(set(nx.map_layer_ids(layers, model.num_layers)))}}}, "
-                     f"kv_connector={nx.CONNECTOR}).generate(max_tokens=1)")
-        exporter = None
-        try:
-            exporter = nx.NativeExporter(model, layers, gpu_memory_utilization=_gpu_share())
-            first = exporter.extract(prompts)
-        except nx.NativeExportError as e:
-            if exporter is not None:
-                exporter.close()
-            attempt = Attempt.failed(type(e.error).__name__, str(e), stage=e.stage, root_cause=e.root_cause)
-            if (e.stage == "extract" and last in layers and len(set(layers)) > 1 and without_last is None
-                    and not nx.platform_failure(e)):
-                # Started, then failed on real requests: try again without the last layer's output, the one id
-                # some model classes do not capture (their loop collects inputs of layers 0..n-1 only).
-                without_last, first_called = e, nr.called
-                layers = [k for k in layers if k != last]
-                continue
-            if without_last is not None:
-                nr.last_layer = _last_layer_verdict(last_check, first_called, without_last, e)
-            nr.start, nr.skip = attempt, f"the native path does not run here: {e}"
-            return nr
-        except BaseException:
-            if exporter is not None:
-                exporter.close()  # whatever went wrong, no engine outlives the failure
-            raise
-        adopt_session_processes()  # the engine lives for the module: its processes are not a test's leak
-        nr.exporter, nr.first, nr.start = exporter, first, Attempt(True)
-        if without_last is not None:
-            nr.last_layer = _last_layer_verdict(last_check, first_called, without_last, None)
-        else:
-            nr.last_layer = nx.NativeProbe(
-                last_check, nr.called, Attempt(True), f"speculators' {last} -> native {model.num_layers} exported"
-                if last in layers else f"speculators' {last} not requested", True if last in layers else None)
-        return nr
-
-
-def _last_layer_verdict(check: str, called: str, with_last: nx.NativeExportError,
-                        without: nx.NativeExportError | None) -> nx.NativeProbe:
-    """Whether the last layer's output is what broke the first run: only if leaving it out changed the outcome."""
-    failed = Attempt.failed(type(with_last.error).__name__, str(with_last), root_cause=with_last.root_cause)
-    if without is None:
-        return nx.NativeProbe(check, called + " (without it the run works)", failed)
-    if (without.root_cause or str(without)) == (with_last.root_cause or str(with_last)):
-        return nx.NativeProbe(check, called, failed, not_applicable=(
-            f"not observable: the native path fails the same way with and without it: {with_last}"))
-    return nx.NativeProbe(check, called + f" (without it the run gets further, then fails: {without.root_cause or without})",
-                          failed)
-
-
 @pytest.fixture(scope="module")
 def natives(runs):
     started: dict[str, NativeRun] = {}
 
     def get(name: str) -> NativeRun:
         if name not in started:
-            started[name] = _start(name, runs)
+            started[name] = start(name, runs(name))
         return started[name]
 
     yield get
@@ -223,7 +109,7 @@ def test_native_config_contracts(name, runs, record_e2e, record_observation, exp
             _hold(nx.observe(c, [], subject=name, not_applicable=na), record_observation, expectations)
         record_e2e(f"native:{name}", "native config contracts", "n/a", na)
         not_applicable(na)
-    layers = _layers(ours)
+    layers = layers_of(ours)
     config, chunked = nx.probe_config(ours.model, layers), nx.probe_chunked_prefill(ours.model, layers)
     eagle3 = nx.probe_supports_eagle3(ours.model)
     for probe in (config, chunked, eagle3):
@@ -366,7 +252,7 @@ def test_unmapped_ids_disagree(name, natives, record_e2e):
     _need_ours(nr, record_e2e, "unmapped ids (same numbers) must disagree")
     gen = nr.ours.generator
     prompts = prompts_for(nr.model.vocab_size)
-    with nx.NativeExporter(nr.model, nr.layer_ids, convention="native", gpu_memory_utilization=_gpu_share()) as unmapped:
+    with nx.NativeExporter(nr.model, nr.layer_ids, convention="native", gpu_memory_utilization=gpu_share()) as unmapped:
         theirs = unmapped.extract(prompts)
     ours = gen.generate(prompts)
     d = _max_diff(ours, theirs, list(gen.layer_ids), nr.layer_ids)
