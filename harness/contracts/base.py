@@ -201,6 +201,8 @@ class Contract:
     #: chain after it or None for any chain); the kinds of change its shim covers; or why no reading of vLLM's
     #: sources can decide it (`gate_outside`: the gate then takes each env's observed outcome).
     gate_owns: tuple[tuple[str, str | None], ...] = ()
+    #: Targeted reads of vLLM's sources for this contract: fn(tree, used, follower) -> list of harness.gate Facts.
+    gate_checks: tuple[Callable, ...] = ()
     gate_covers: tuple[GateCover, ...] = ()
     gate_outside: str | None = None
 

@@ -15,9 +15,13 @@ CacheConfig.
 
 from __future__ import annotations
 
+import ast
+import re
 import importlib
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
+from harness.gate.facts import Fact
+from harness.gate.lookups import parse_file
 
 SPECULATORS_BLOCK_SIZE = 16
 CANDIDATES = (16, 32, 64, 128, 256)
@@ -107,6 +111,28 @@ def probe(ctx) -> Observation:
     return Observation(CONTRACT, unshimmed, shimmed, facts)
 
 
+# -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
+CPU_ATTENTION = ("vllm.v1.attention.backends.cpu_attn", "get_supported_kernel_block_sizes")
+
+
+def cpu_kernel_block_sizes(tree, used, follower) -> list[Fact]:
+    module, method = CPU_ATTENTION
+    f = tree.module_file(module)
+    if f is None:
+        return [Fact(CONTRACT.id, f"{module}:{method}", "block-size", "no CPU attention backend", True)]
+    node = next((n for n in ast.walk(parse_file(f)) if isinstance(n, ast.FunctionDef) and n.name == method), None)
+    if node is None:
+        return [Fact(CONTRACT.id, f"{module}:{method}", "block-size", "declares none", True, None,
+                     f"{f.relative_to(tree.root)}:1")]
+    ret = next((n for n in ast.walk(node) if isinstance(n, ast.Return) and n.value is not None), None)
+    text = ast.unparse(ret.value) if ret is not None else "?"
+    ints = [int(x) for x in re.findall(r"(?<![\w(])(\d+)(?![\w)])", text)]
+    multiples = [int(x) for x in re.findall(r"MultipleOf\((\d+)\)", text)]
+    takes_16 = SPECULATORS_BLOCK_SIZE in ints or any(SPECULATORS_BLOCK_SIZE % m == 0 for m in multiples)
+    return [Fact(CONTRACT.id, f"{module}:{method}", "block-size", text, takes_16, "block-size-unsupported",
+                 f"{f.relative_to(tree.root)}:{node.lineno}", detail={"declared": text})]
+
+
 CONTRACT = Contract(
     id="blocksize",
     assumes="block_size=16 is a KV-cache block size the attention backend supports",
@@ -116,6 +142,7 @@ CONTRACT = Contract(
     shims=(Shim(Attach.GENERATOR, apply),),
     gate_covers=(GateCover("block-size-unsupported", apply,
                            "moves speculators' block size to the smallest one the attention backend declares"),),
+    gate_checks=(cpu_kernel_block_sizes,),
     upstream=("vLLM 0.30.0's CPU attention declares kernel block sizes MultipleOf(32) (first seen in the CPU "
               'matrix at 0.30.0)'),
 )

@@ -9,7 +9,10 @@ accept a model whose stack has what the patched forward uses.
 
 from __future__ import annotations
 
+import ast
 from harness.contracts.base import Attach, Contract, GateCover, Observation, Shim
+from harness.gate.facts import Fact
+from harness.gate.lookups import FAMILIES, KIMI, imported, not_found
 
 STACK_ATTRS = ("layers", "start_layer", "end_layer", "norm")
 
@@ -54,6 +57,42 @@ def probe(ctx) -> Observation:
                        subject=ctx.model.family)
 
 
+# -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
+def _interface(tree, used, follower) -> str:
+    """The class `supports_eagle3` tests with isinstance (read from its body)."""
+    symbol = imported(used, "supports_eagle3")
+    fn = follower.resolve_import(symbol) if symbol else None
+    node = tree.node(fn) if fn is not None and fn.is_function else None
+    for n in ast.walk(node) if node else ():
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "isinstance" and len(n.args) == 2:
+            return ast.unparse(n.args[1]).rsplit(".", 1)[-1]
+    return "SupportsEagle3"
+
+
+def eagle3_support(tree, used, follower) -> list[Fact]:
+    if not imported(used, "supports_eagle3"):
+        return []
+    interface = _interface(tree, used, follower)
+    targets = [(m, lm, fam) for fam, (m, _, _, lm) in FAMILIES.items()] + [KIMI]
+    facts = []
+    for module, name, family in targets:
+        symbol = f"{module}:{name}"
+        cls = tree.lookup(f"{module}.{name}")
+        if cls is None:
+            if tree.module_file(module) is None and module == KIMI[0]:
+                facts.append(Fact(CONTRACT.id, symbol, "interface", "absent (no such model)", True))
+            else:
+                facts.append(not_found(CONTRACT.id, symbol, "interface", name))
+            continue
+        has = interface in tree.base_names(cls)
+        stack_module, stack = FAMILIES[family][0], FAMILIES[family][1]
+        stack_cls = tree.lookup(f"{stack_module}.{stack}")
+        missing = [a for a in STACK_ATTRS if stack_cls is None or tree.member(stack_cls, a) is None]
+        facts.append(Fact(CONTRACT.id, symbol, "interface", interface if has else f"no {interface}", has,
+                          "interface-missing", tree.where(cls), detail={"stack_missing": missing}))
+    return facts
+
+
 CONTRACT = Contract(
     id="eagle3",
     assumes="supports_eagle3(model) is True for the target model",
@@ -64,6 +103,7 @@ CONTRACT = Contract(
     gate_covers=(GateCover("interface-missing", accept_patchable,
                            f"accepts a model without SupportsEagle3 whose decoder stack has {', '.join(STACK_ATTRS)}",
                            lambda f: not f.detail.get("stack_missing"), "the decoder stack still has those attributes"),),
+    gate_checks=(eagle3_support,),
     upstream=('vLLM 0.18.0 added SupportsEagle3 to DeepseekV2/V3 and Kimi-K2.5; before, supports_eagle3() '
               'refuses them'),
 )

@@ -9,6 +9,8 @@ text-only prefill raises AttributeError inside the worker. Shim (in the worker):
 from __future__ import annotations
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
+from harness.gate.facts import Fact
+from harness.gate.lookups import FAMILIES, not_found
 
 def needed(stack) -> bool:
     return not _has_own(stack, "get_input_embeddings") and hasattr(stack, "embed_input_ids")
@@ -62,6 +64,27 @@ def probe(ctx) -> Observation:
                        subject=ctx.model.family)
 
 
+# -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
+OLD_EMBED, NEW_EMBED = "get_input_embeddings", "embed_input_ids"
+
+
+def embed_method(tree, used, follower) -> list[Fact]:
+    if not used.calls_named("self." + OLD_EMBED):
+        return []
+    facts = []
+    for module, stack, *_ in FAMILIES.values():
+        symbol = f"{module}:{stack}.{OLD_EMBED}"
+        cls = tree.lookup(f"{module}.{stack}")
+        if cls is None:
+            facts.append(not_found(CONTRACT.id, symbol, "method", stack))
+            continue
+        old, new = tree.member(cls, OLD_EMBED), tree.member(cls, NEW_EMBED)
+        value = OLD_EMBED if old is not None else f"{NEW_EMBED} only" if new is not None else "neither"
+        facts.append(Fact(CONTRACT.id, symbol, "method", value, old is not None, "method-renamed",
+                          tree.where(old or new or cls), detail={"new_name": NEW_EMBED if new is not None else None}))
+    return facts
+
+
 CONTRACT = Contract(
     id="embed",
     assumes="the decoder stack (model.model) has get_input_embeddings(input_ids)",
@@ -70,5 +93,6 @@ CONTRACT = Contract(
     side="worker",
     gate_covers=(GateCover("method-renamed", apply_worker, "aliases get_input_embeddings to embed_input_ids on the stack instance",
                            lambda f: f.detail.get("new_name") == "embed_input_ids", "the stack has embed_input_ids"),),
+    gate_checks=(embed_method,),
     upstream='vLLM #27583 renamed get_input_embeddings to embed_input_ids (0.11.1); #30469 removed the fallback',
 )

@@ -9,7 +9,10 @@ and state dicts are unchanged). Not applicable to models that have `.model`.
 
 from __future__ import annotations
 
+import ast
 from harness.contracts.base import Attach, Contract, GateCover, Observation, Shim
+from harness.gate.facts import Fact
+from harness.gate.lookups import KIMI, not_found
 
 
 CANDIDATES = ("model", "language_model.model", "language_model")
@@ -84,6 +87,49 @@ def probe(ctx) -> Observation:
                        subject=ctx.model.family)
 
 
+# -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
+def _assigned(init_node, attribute: str):
+    for n in ast.walk(init_node):
+        if isinstance(n, (ast.Assign, ast.AnnAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and t.attr == attribute and getattr(t.value, "id", "") == "self":
+                    return n
+    return None
+
+
+def kimi_stack_path(tree, used, follower) -> list[Fact]:
+    module, name, _ = KIMI
+    symbol = f"{module}:{name}.model"
+    if tree.module_file(module) is None:
+        return [Fact(CONTRACT.id, symbol, "stack-path", "absent (no such model)", True)]
+    cls = tree.lookup(f"{module}.{name}")
+    init = tree.member(cls, "__init__") if cls is not None else None
+    node = tree.node(init) if init is not None else None
+    if node is None:
+        return [not_found(CONTRACT.id, symbol, "stack-path", f"{name}.__init__")]
+    own, lm = _assigned(node, "model"), _assigned(node, "language_model")
+    if own is not None:
+        path, line = "model", own.lineno
+    elif lm is not None and isinstance(lm.value, ast.Call):
+        callee = ast.unparse(lm.value.func)
+        target = tree.lookup(f"{module}.{callee}")
+        if target is not None and target.is_class and tree.member(target, "layers") is not None:
+            path = "language_model"
+        elif (target is not None and target.is_class and tree.member(target, "model") is not None) or \
+                callee.endswith("init_vllm_registered_model"):
+            path = "language_model.model"  # a registered *ForCausalLM wrapper: its stack is .model
+        else:
+            path = None
+        line = lm.lineno
+    else:
+        path, line = None, node.lineno
+    if path is None:
+        return [not_found(CONTRACT.id, symbol, "stack-path", "a recognisable decoder stack")]
+    return [Fact(CONTRACT.id, symbol, "stack-path", path, path == "model", "stack-moved",
+                 tree.where(init, line), detail={"path": path})]
+
+
 CONTRACT = Contract(
     id="kimistack",
     assumes="the target model's decoder stack is model.model",
@@ -93,5 +139,6 @@ CONTRACT = Contract(
     gate_covers=(GateCover("stack-moved", apply_worker,
                            "finds the decoder stack at a known path and aliases it as model.model on the instance",
                            lambda f: f.detail.get("path") in CANDIDATES, f"the stack is at one of {', '.join(CANDIDATES)}"),),
+    gate_checks=(kimi_stack_path,),
     upstream='Kimi-K2.5 support (vLLM 0.16.0) keeps the decoder stack under language_model, not model',
 )

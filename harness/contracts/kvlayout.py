@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
+from harness.gate.facts import Fact
+from harness.gate.lookups import not_found
 
 def _resolver():
     for module in ("vllm.v1.attention.backends.utils",):
@@ -54,6 +56,25 @@ def probe(ctx) -> Observation:
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
 
 
+# -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
+CACHE_CONFIG = "vllm.config.cache"
+LAYOUT_UNRESOLVED = "KV cache layout has not been resolved"
+LAYOUT_RESOLVER = "vllm.v1.attention.backends.utils"
+
+
+def kv_layout_resolution(tree, used, follower) -> list[Fact]:
+    f = tree.module_file(CACHE_CONFIG)
+    if f is None:
+        return [not_found(CONTRACT.id, f"{CACHE_CONFIG}:CacheConfig", "layout", "vllm/config/cache.py")]
+    lines = tree.string_lines(CACHE_CONFIG, LAYOUT_UNRESOLVED)
+    resolver = tree.module_file(LAYOUT_RESOLVER)
+    has_resolver = resolver is not None and "def resolve_kv_cache_layout" in resolver.read_text()
+    return [Fact(CONTRACT.id, f"{CACHE_CONFIG}:CacheConfig.get_resolved_kv_cache_layout", "layout",
+                 "must be resolved by EngineCore first" if lines else "no resolution step", not lines,
+                 "layout-resolution-required", f"{f.relative_to(tree.root)}:{lines[0] if lines else 1}",
+                 detail={"resolver_present": has_resolver})]
+
+
 CONTRACT = Contract(
     id="kvlayout",
     assumes="the KV-cache layout needs no resolution step before the KV cache is planned",
@@ -63,6 +84,7 @@ CONTRACT = Contract(
                            "resolves the layout from the workers' supported layouts and KV-cache specs and publishes it, "
                            "as EngineCore does",
                            lambda f: bool(f.detail.get("resolver_present")), "resolve_kv_cache_layout exists"),),
+    gate_checks=(kv_layout_resolution,),
     upstream=('vLLM #51718 (KV-cache layout standardisation, RFC #42082) made the layout a value EngineCore '
               'resolves and publishes once (first seen at 0.30.0)'),
 )

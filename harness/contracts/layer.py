@@ -9,9 +9,12 @@ three keywords. Anything else the stack's own loop passes is lost: DeepseekV2's 
 
 from __future__ import annotations
 
+import ast
 import inspect
 
 from harness.contracts.base import Attempt, Contract, GateCover, Observation
+from harness.gate.facts import Fact
+from harness.gate.lookups import FAMILIES, not_found
 
 PASSED = ("hidden_states", "positions", "residual")
 #: Layer parameters the stack's own loop passes but whose value only matters when the checkpoint's
@@ -60,6 +63,45 @@ def _config_gated_and_unset(finding) -> bool:
     return extras <= set(CONFIG_GATED) and cfg is not None and not any(cfg.get(CONFIG_GATED[k]) for k in extras)
 
 
+# -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
+def _passed(call: ast.Call) -> list[str]:
+    names = [a.id if isinstance(a, ast.Name) else ast.unparse(a) for a in call.args]
+    return names + [k.arg or "**" + ast.unparse(k.value) for k in call.keywords]
+
+
+def layer_calls(tree, used, follower) -> list[Fact]:
+    from harness.gate.calls import Ref, call_facts
+
+    spec_calls = used.calls_named("layer")
+    if not spec_calls:
+        return []
+    passes = set(spec_calls[0].keywords)
+    facts = []
+    for module, stack, layer_cls, _ in FAMILIES.values():
+        forward = tree.member(tree.lookup(f"{module}.{stack}"), "forward")
+        node = tree.node(forward) if forward is not None else None
+        layer_fwd = tree.member(tree.lookup(f"{module}.{layer_cls}"), "forward")
+        if node is None or layer_fwd is None:
+            facts.append(not_found(CONTRACT.id, f"{module}:{stack}.forward", "layer-call", f"{stack}/{layer_cls}"))
+            continue
+        own = [n for n in ast.walk(node) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "layer"]
+        if not own:
+            facts.append(not_found(CONTRACT.id, f"{module}:{stack}.forward", "layer-call", "layer(...) call"))
+            continue
+        passed = _passed(own[0])
+        # `**kwargs` the stack's forward only forwards from its own caller are not values the stack
+        # computes; were any passed, speculators' replacement forward would refuse them loudly.
+        forwarded = {f"**{p.name}" for p in forward.parameters if p.kind.value == "variadic keyword"}
+        extra = sorted(set(passed) - passes - forwarded)
+        facts.append(Fact(CONTRACT.id, f"{module}:{stack}.forward", "layer-call", ", ".join(passed),
+                          not extra, "layer-call-extended", tree.where(forward, own[0].lineno),
+                          detail={"not_passed_by_speculators": extra}))
+        ref = Ref(f"{module}:{layer_cls}", "().forward", layer_fwd, bound=True)
+        for call in spec_calls:
+            facts += call_facts(tree, ref, call, CONTRACT.id)
+    return facts
+
+
 CONTRACT = Contract(
     id="layer",
     assumes="layer(hidden_states=, positions=, residual=) is the whole call the stack's own loop makes",
@@ -72,6 +114,7 @@ CONTRACT = Contract(
                            "runtime probe guards the rest",
                            _config_gated_and_unset,
                            f"the extras are config-gated ({', '.join(CONFIG_GATED)}) and --model-config leaves them unset"),),
+    gate_checks=(layer_calls,),
     upstream=('DeepseekV2 decoder layers take llama_4_scaling when the config sets it (vLLM 0.12.0, seen by the'
               ' gate)'),
 )

@@ -8,6 +8,8 @@ CUDA's free memory where CUDA is the platform, else the KV-cache space the CPU p
 from __future__ import annotations
 
 from harness.contracts.base import Attach, Attempt, Contract, Observation, Shim
+from harness.gate.facts import Fact
+from harness.gate.lookups import not_found
 from harness.runtime.namespace import TorchProxy
 
 def needed() -> bool:
@@ -45,10 +47,26 @@ def probe(ctx) -> Observation:
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
 
 
+# -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
+PLATFORM = ("vllm.platforms.interface", "Platform", "get_device_total_memory")  # what the memory shim calls
+
+
+def memory_budget(tree, used, follower) -> list[Fact]:
+    module, cls_name, method = PLATFORM
+    symbol = f"{module}:{cls_name}.{method}"
+    cls = tree.lookup(f"{module}.{cls_name}")
+    if cls is None:
+        return [not_found(CONTRACT.id, symbol, "shim-dependency", cls_name)]
+    fn = tree.member(cls, method)
+    return [Fact(CONTRACT.id, symbol, "shim-dependency", "present" if fn is not None else "absent",
+                 fn is not None, "shim-dependency-missing", tree.where(fn if fn is not None else cls))]
+
+
 CONTRACT = Contract(
     id="memory",
     assumes="torch.cuda.mem_get_info() returns (free, total) device memory",
     failures=(r"(RuntimeError|AssertionError|AcceleratorError): .*(CUDA|NVIDIA|driver|GPU)",),
     shims=(Shim(Attach.GENERATOR, apply),),
+    gate_checks=(memory_budget,),
     upstream='not a vLLM change: CPU builds have no torch.cuda.mem_get_info (every CPU build of the matrix)',
 )

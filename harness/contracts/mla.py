@@ -17,6 +17,8 @@ import inspect
 import os
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
+from harness.gate.facts import Fact
+from harness.gate.lookups import not_found
 
 ENV = "VLLM_MLA_DISABLE"
 
@@ -183,6 +185,29 @@ def start(model, start_fn, backend: str | None = None):
     return gen, second, True, first
 
 
+# -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
+CPU_PLATFORM = "vllm.platforms.cpu"
+MLA_REJECTED = "MLA is not supported on"
+ENVS = "vllm.envs"
+
+
+def mla_platform(tree, used, follower) -> list[Fact]:
+    env_lines = tree.string_lines(ENVS, ENV)
+    envs = tree.module_file(ENVS)
+    env_where = f"{envs.relative_to(tree.root)}:{env_lines[0]}" if env_lines else None
+    facts = [Fact(CONTRACT.id, f"{ENVS}:{ENV}", "shim-dependency", "defined" if env_lines else "absent",
+                  bool(env_lines), "shim-dependency-missing", env_where)]
+    rejects = tree.string_lines(CPU_PLATFORM, MLA_REJECTED)
+    cpu = tree.module_file(CPU_PLATFORM)
+    if cpu is None:
+        return facts + [not_found(CONTRACT.id, f"{CPU_PLATFORM} (MLA)", "platform", "the CPU platform")]
+    facts.append(Fact(CONTRACT.id, f"{CPU_PLATFORM} (MLA)", "platform",
+                      "rejects MLA" if rejects else "does not reject MLA", not rejects, "platform-rejects-mla",
+                      f"{cpu.relative_to(tree.root)}:{rejects[0] if rejects else 1}",
+                      detail={"env_defined": bool(env_lines)}))
+    return facts
+
+
 CONTRACT = Contract(
     id="mla",
     assumes="MLA attention runs on this platform (no VLLM_MLA_DISABLE needed)",
@@ -193,6 +218,7 @@ CONTRACT = Contract(
     gate_covers=(GateCover("platform-rejects-mla", apply_env,
                            "runs with VLLM_MLA_DISABLE=1: vLLM expands MLA to multi-head attention over the same weights",
                            lambda f: bool(f.detail.get("env_defined")), "vllm.envs still defines VLLM_MLA_DISABLE"),),
+    gate_checks=(mla_platform,),
     upstream=("CPU builds before 0.32.0 have no MLA backend; 0.28.0's CPU MLA backend imports a flash-attn "
               'helper CPU builds lack'),
 )

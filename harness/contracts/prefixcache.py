@@ -10,7 +10,10 @@ tail, and speculators slices the short result without noticing (measured on an H
 
 from __future__ import annotations
 
+import re
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
+from harness.gate.facts import Fact
+from harness.gate.lookups import imported, not_found
 
 def caching_default() -> bool:
     from vllm.config import CacheConfig
@@ -70,6 +73,33 @@ class SilentTruncation(RuntimeError):
     """Fewer hidden-state rows than prompt tokens, with no error from vLLM."""
 
 
+# -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
+def _default(attr) -> str:
+    text = "" if attr.value is None else str(attr.value)
+    m = re.match(r"Field\((?:.*\b)?default=([^,)]+)", text)
+    return m.group(1).strip() if m else text or "(required)"
+
+
+def caching(tree, used, follower):
+    """(CacheConfig.enable_prefix_caching attribute, whether speculators' CacheConfig gets it on)."""
+    symbol = imported(used, "CacheConfig")
+    cls = follower.resolve_import(symbol) if symbol else None
+    attr = tree.member(cls, "enable_prefix_caching") if cls is not None else None
+    if attr is None:
+        return None, None
+    passed = any("enable_prefix_caching" in c.keywords for c in used.calls_named("CacheConfig"))
+    return attr, (not passed and _default(attr) == "True")
+
+
+def prefix_caching(tree, used, follower) -> list[Fact]:
+    symbol = f"{imported(used, 'CacheConfig')}.enable_prefix_caching"
+    attr, on = caching(tree, used, follower)
+    if attr is None:
+        return [not_found(CONTRACT.id, symbol, "default", "CacheConfig.enable_prefix_caching")]
+    return [Fact(CONTRACT.id, symbol, "default", f"default {_default(attr)}", not on, "default-changed",
+                 tree.where(attr, attr.lineno))]
+
+
 CONTRACT = Contract(
     id="prefixcache",
     assumes="a prefill computes (and captures) every prompt token, also for prompts seen before",
@@ -77,5 +107,6 @@ CONTRACT = Contract(
     shims=(Shim(Attach.GENERATOR, apply),),
     gate_owns=(("vllm.config:CacheConfig", ""),),
     gate_covers=(GateCover("default-changed", apply, "builds speculators' CacheConfig with enable_prefix_caching=False"),),
+    gate_checks=(prefix_caching,),
     upstream='prefix caching is on by default in the CacheConfig speculators builds from vLLM 0.12.0 (CPU matrix)',
 )

@@ -16,6 +16,8 @@ import importlib
 import inspect
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
+from harness.gate.facts import Fact
+from harness.gate.lookups import imported, not_found
 
 #: Shims also left out in both arms of the proof: the block-hash requirement only bites with prefix
 #: caching on (vLLM's default), so C-prefixcache's shim must be off for this shim to be exercised.
@@ -119,6 +121,30 @@ def probe(ctx) -> Observation:
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
 
 
+# -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
+HASHER_HELPERS = ("get_request_block_hasher", "init_none_hash")  # what the request shim builds the hasher with
+
+
+def block_hashes(tree, used, follower) -> list[Fact]:
+    from harness.contracts.kvhelpers import OLD_HOME
+    from harness.contracts.prefixcache import caching
+
+    symbol = imported(used, "Request")
+    cls = follower.resolve_import(symbol) if symbol else None
+    sig = tree.signature(cls, bound=True) if cls is not None else None
+    attr, caching_on = caching(tree, used, follower)
+    if sig is None or attr is None:
+        return [not_found(CONTRACT.id, f"{symbol}(block_hasher=)", "block-hashes", "Request or CacheConfig")]
+    param = sig.named("block_hasher")
+    passed = any("block_hasher" in c.keywords for c in used.calls_named("Request"))
+    needed = param is not None and not passed and caching_on
+    helpers = all(tree.lookup(f"{OLD_HOME}.{h}") is not None for h in HASHER_HELPERS)
+    value = "needed: prefix caching is on by default and speculators passes no block_hasher" if needed else "not needed"
+    evidence = f"{sig.where.rsplit(':', 1)[0]}:{param.line}" if needed and param.line else tree.where(attr, attr.lineno)
+    return [Fact(CONTRACT.id, f"{symbol}(block_hasher=)", "block-hashes", value, not needed,
+                 "block-hashes-required", evidence, detail={"hasher_helpers_present": helpers})]
+
+
 CONTRACT = Contract(
     id="request",
     assumes="Request(request_id=, prompt_token_ids=, sampling_params=, pooling_params=, eos_token_id=, "
@@ -140,6 +166,7 @@ CONTRACT = Contract(
                   lambda f: bool(f.detail.get("hasher_helpers_present")),
                   "kv_cache_utils still has get_request_block_hasher and init_none_hash"),
     ),
+    gate_checks=(block_hashes,),
     upstream=('vLLM 0.12.0 requires block hashes on a Request when prefix caching is on and dropped '
               'eos_token_id from Request'),
 )

@@ -9,7 +9,10 @@ single reply in a list; which reply shape the executor has is learned by an echo
 
 from __future__ import annotations
 
+import ast
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
+from harness.gate.facts import Fact
+from harness.gate.lookups import not_found, site
 from harness.runtime.executor_view import echo
 
 def speculators_read(rpc, layers):
@@ -44,6 +47,32 @@ def probe(ctx) -> Observation:
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
 
 
+# -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
+def _unwraps(value) -> bool:
+    """`return replies[0]` (or either branch of a conditional doing so): one rank's reply, not the list."""
+    if isinstance(value, ast.IfExp):
+        return _unwraps(value.body) or _unwraps(value.orelse)
+    return isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant) and value.slice.value == 0
+
+
+def rpc_return(tree, used, follower) -> list[Fact]:
+    facts = []
+    for call in (c for c in used.calls if "unique_reply_rank" in c.keywords):
+        ref = follower.follow(call.module, call.callee)
+        symbol = f"{ref.symbol if ref else call.callee}(unique_reply_rank=)"
+        node = tree.node(ref.obj) if ref and ref.obj is not None and ref.obj.is_function else None
+        if node is None:
+            facts.append(not_found(CONTRACT.id, symbol, "return-shape", "collective_rpc"))
+            continue
+        returns = [r for r in ast.walk(node) if isinstance(r, ast.Return) and r.value is not None]
+        single = [r for r in returns if _unwraps(r.value)]
+        listing = [r for r in returns if isinstance(r.value, ast.Name)]
+        line = (single or listing or returns or [node])[0].lineno
+        facts.append(Fact(CONTRACT.id, symbol, "return-shape", "single reply" if single else "list of replies",
+                          not single, "reply-unwrapped", tree.where(ref.obj, line), site(call)))
+    return facts
+
+
 CONTRACT = Contract(
     id="rpc",
     assumes="collective_rpc(method, unique_reply_rank=0) returns [rank-0 reply]",
@@ -53,6 +82,7 @@ CONTRACT = Contract(
     gate_covers=(GateCover("reply-unwrapped", reply_as_list,
                            "wraps rank 0's single reply in a list, as speculators indexes [0] (reply shape learned by an "
                            "echo RPC)"),),
+    gate_checks=(rpc_return,),
     upstream=("vLLM 0.11.1's MultiprocExecutor.collective_rpc returns rank unique_reply_rank's reply itself, no"
               ' longer a list of one'),
 )

@@ -12,6 +12,8 @@ Shim (on the executor view): after an `execute_model()` that returned None, call
 from __future__ import annotations
 
 from harness.contracts.base import Attach, Contract, GateCover, Observation, Shim
+from harness.gate.facts import Fact
+from harness.gate.lookups import not_found, site
 
 def sample_after_step(view, output) -> bool:
     """After an execute_model() that returned None, call sample_tokens(None) as EngineCore does: the runner
@@ -83,6 +85,35 @@ def probe(ctx) -> Observation:
     return Observation.of(CONTRACT, unshimmed, primary["shimmed"], facts)
 
 
+# -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
+RUNNER = "vllm.v1.worker.gpu_model_runner"
+STATE_ERROR = "sample_tokens() must be called"
+
+
+def two_phase(tree, used, follower) -> list[Fact]:
+    facts = []
+    for call in (c for c in used.calls if c.callee.endswith(".execute_model")):
+        ref = follower.follow(call.module, call.callee)
+        symbol = ref.symbol if ref else call.callee
+        if not ref or ref.obj is None or not ref.steps:
+            facts.append(not_found(CONTRACT.id, symbol, "protocol", "execute_model"))
+            continue
+        executor = ref.steps[-1][1]
+        sample = tree.member(executor, "sample_tokens")
+        guard = tree.string_lines(RUNNER, STATE_ERROR)
+        runner = tree.module_file(RUNNER)
+        if guard:
+            evidence = f"{runner.relative_to(tree.root)}:{guard[0]}"
+        else:
+            evidence = tree.where(sample) if sample is not None else tree.where(ref.obj)
+        parked = sample is not None or bool(guard)
+        value = ("execute_model() returns None and parks its state until sample_tokens()"
+                 + (" (State error guard)" if guard else "")) if parked else "execute_model() completes the step"
+        facts.append(Fact(CONTRACT.id, symbol, "protocol", value, not parked, "two-phase-execute",
+                          evidence, site(call), {"executor_sample_tokens": sample is not None}))
+    return facts
+
+
 CONTRACT = Contract(
     id="twophase",
     assumes="execute_model(scheduler_output) may be called again without sample_tokens()",
@@ -92,6 +123,7 @@ CONTRACT = Contract(
     gate_covers=(GateCover("two-phase-execute", sample_after_step,
                            "calls sample_tokens(None) after an execute_model() that returned None, as EngineCore does",
                            lambda f: bool(f.detail.get("executor_sample_tokens")), "the executor has sample_tokens"),),
+    gate_checks=(two_phase,),
     upstream=('vLLM #26866 (async scheduling + structured outputs) made execute_model() return None and park '
               'its state until sample_tokens() (0.11.1)'),
 )

@@ -41,6 +41,9 @@ def test_a_contract_module_declares_every_part(module):
         assert shim.fn.__module__ == module.__name__, f"{shim.name}: a shim lives in its contract's module"
         params = list(inspect.signature(shim.fn).parameters)
         assert len(params) == ATTACH_ARITY[shim.attach], f"{shim.name} does not take what {shim.attach} passes"
+    for check in c.gate_checks:
+        assert check.__module__ == module.__name__, f"{check.__qualname__}: a gate check lives in its contract's module"
+        assert list(inspect.signature(check).parameters) == ["tree", "used", "follower"]
     for cover in c.gate_covers:
         allowed = [s.fn for s in c.shims] or [getattr(module, "worker_probe", None)]
         assert cover.fn in allowed, f"gate cover {cover.kind} names {cover.shim}, not one of the contract's shims"
@@ -74,7 +77,9 @@ def test_no_site_wires_a_contract_by_name():
 
 
 def test_the_gate_tables_are_derived_from_the_contract_modules():
-    from harness.gate import coverage
+    from harness.gate import checks, coverage
+
+    assert "def " not in checks.__doc__ and len([m for m in contracts.modules() if m.CONTRACT.gate_checks]) >= 10
 
     assert {c.contract for c in coverage.COVERS} <= set(contracts.IDS)
     assert {cid for cid, _ in coverage.OUTSIDE.items()} == {m.CONTRACT.id for m in contracts.modules()
