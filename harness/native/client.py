@@ -1,0 +1,107 @@
+"""speculators >= 0.5's own client against a `vllm serve` with the native export (harness.native.server).
+
+The client is speculators' `speculators/data_generation/vllm_client.py` from its released wheel, loaded by file
+path: importing the package `speculators` would run its `__init__`, which needs transformers 5 and its draft
+models, none of which the client uses (it needs `openai` only, which vLLM itself depends on). Loading it by
+path also keeps speculators 0.3.0, installed for the in-process path, untouched in the same interpreter.
+
+Per prompt the client sends `/v1/completions` with the token ids, `max_tokens=1` and `return_token_ids`,
+checks that the echoed `prompt_token_ids` equal the prompt, and returns the file vLLM's connector wrote
+(`kv_transfer_params["hidden_states_path"]`, or `["handle"]`); the client's own `wait_for_lock` waits for the
+asynchronous writer's `<file>.lock`. The file holds `hidden_states` [tokens, layers, hidden] and `token_ids`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.paths import REPO_ROOT
+
+CLIENT_FILE = "speculators/data_generation/vllm_client.py"
+#: Where unpacked client wheels live (a folder of speculators-<version>-*.whl may be given instead, for a
+#: machine without network: HARNESS_SPECULATORS_WHEELS).
+CACHE = REPO_ROOT / ".cache" / "speculators-clients"
+
+
+def client_tree(version: str) -> Path:
+    """speculators `version` unpacked: from HARNESS_SPECULATORS_WHEELS if it holds the wheel, else downloaded
+    once from the package index (checked against its sha256)."""
+    tree = CACHE / version
+    if (tree / CLIENT_FILE).is_file():
+        return tree
+    local = os.environ.get("HARNESS_SPECULATORS_WHEELS")
+    wheel = next(Path(local).glob(f"speculators-{version}-*.whl"), None) if local else None
+    CACHE.mkdir(parents=True, exist_ok=True)
+    if wheel is None:
+        from packaging.version import Version
+
+        from harness.gate import sources
+
+        found = next((a for a in sources.list_files("speculators")
+                      if a.kind == "wheel" and sources.file_version(a) == Version(version)), None)
+        if found is None:
+            raise LookupError(f"speculators {version} has no wheel on the package index")
+        wheel = sources.download(found, CACHE)
+    tmp = CACHE / f"{version}.tmp"
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(tmp)
+    os.replace(tmp, tree)
+    return tree
+
+
+def load_client(version: str):
+    """speculators `version`'s vllm_client module (its own code), loaded by path under a private name."""
+    path = client_tree(version) / CLIENT_FILE
+    if not path.is_file():
+        raise LookupError(f"speculators {version} has no {CLIENT_FILE}: it has no server client")
+    spec = importlib.util.spec_from_file_location(f"speculators_{version.replace('.', '_')}_vllm_client", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class ServerExport:
+    """One request through the client: one [tokens, hidden] tensor per native id asked, in the order asked."""
+
+    hidden_states: list
+    token_ids: list[int]
+    handle: str
+    kv_transfer_params: dict
+    waited_on_lock: bool
+
+
+def extract(server, prompts: list[list[int]], *, version: str = "0.9.0", timeout_s: float = 120.0) -> list[ServerExport]:
+    """Run `prompts` (token-id lists) through speculators `version`'s client against `server` (a VllmServer) and
+    read each file back; a server that dies meanwhile is named (harness.native.server.ServerDied)."""
+    import openai
+    from safetensors.torch import load_file
+
+    client_module = load_client(version)
+    client = openai.Client(base_url=server.base_url + "/v1", api_key="EMPTY", max_retries=0)
+    engine_ids = sorted(set(server.native_ids))
+    out = []
+    for prompt in prompts:
+        try:
+            handle, params = client_module.generate_hidden_states(
+                client, server.model, {"input_ids": [int(t) for t in prompt]}, timeout=timeout_s, max_retries=0)
+        except Exception:
+            server.check_alive("a request")
+            raise
+        lock = handle + ".lock"
+        waited = os.path.exists(lock)
+        if waited:
+            client_module.wait_for_lock(lock, timeout=timeout_s)
+        data = load_file(handle, device="cpu")
+        os.remove(handle)
+        hs = data["hidden_states"]
+        if hs.dim() != 3 or hs.shape[1] != len(engine_ids) or hs.shape[0] != len(prompt):
+            raise ValueError(f"{handle}: expected hidden_states [{len(prompt)}, {len(engine_ids)}, hidden], "
+                             f"the file holds {tuple(hs.shape)}")
+        out.append(ServerExport([hs[:, engine_ids.index(j), :] for j in server.native_ids],
+                                [int(t) for t in data["token_ids"].tolist()], handle, dict(params), waited))
+    return out

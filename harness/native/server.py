@@ -1,0 +1,192 @@
+"""`vllm serve` with vLLM's native hidden-state export, as speculators >= 0.5 starts it, on 127.0.0.1.
+
+speculators 0.5+ no longer runs vLLM in process: its launcher starts `vllm serve MODEL` with the speculative
+method `extract_hidden_states` (the aux layer ids in vLLM's native convention) and a hidden-states KV connector,
+and its client then calls the OpenAI-compatible API. `VllmServer` starts the same server for a local checkpoint
+and is always stopped: on `stop()`, on `with` exit, when it fails to become ready, and at interpreter exit. Its
+process group is terminated (SIGTERM, then SIGKILL after a grace period), so the engine core and its workers go
+with it. Each way a server can fail says so in one line, with the root cause from its log where there is one:
+
+* the port is taken (checked before anything starts): `PortInUse`;
+* the process exits before it is ready: `ServerDied`, with vLLM's own error from the log;
+* it does not answer `/health` within `ready_timeout_s`: `ServerNotReady` (and it is stopped);
+* it dies while a request is in flight: `ServerDied` from `check_alive()`, which the client calls on errors.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import weakref
+from pathlib import Path
+
+from harness.native.engine import kv_transfer_config, speculative_config
+from harness.native.engine_log import root_cause
+
+HOST = "127.0.0.1"
+
+
+class ServerError(RuntimeError):
+    """A `vllm serve` that could not be used; the message is one line."""
+
+
+class PortInUse(ServerError):
+    pass
+
+
+class ServerNotReady(ServerError):
+    pass
+
+
+class ServerDied(ServerError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def port_taken(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return True
+    return False
+
+
+def serve_args(model_path: str | os.PathLike, native_ids: list[int], storage: str | os.PathLike, *, port: int,
+               dtype: str = "auto", max_model_len: int = 512, extra: tuple[str, ...] = ()) -> list[str]:
+    """The `vllm serve` command line speculators' launcher builds, plus the harness's fixed settings: eager,
+    prefix caching and chunked prefill off (a repeated prompt is computed again; the connector refuses chunked
+    prefill from 0.22), seed 0, local only."""
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model_path),
+            "--host", HOST, "--port", str(port), "--dtype", dtype, "--max-model-len", str(max_model_len),
+            "--enforce-eager", "--no-enable-prefix-caching", "--no-enable-chunked-prefill", "--seed", "0",
+            "--trust-remote-code",
+            "--speculative-config", json.dumps(speculative_config(native_ids)),
+            "--kv-transfer-config", json.dumps(kv_transfer_config(storage)), *extra]
+
+
+def _stop(proc: subprocess.Popen, grace_s: float) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+    finally:
+        # what the group left behind (a worker that outlived the engine core) goes too
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class VllmServer:
+    """One `vllm serve` for `model_path` with the native export of `native_ids` into `storage`."""
+
+    def __init__(self, model_path: str | os.PathLike, native_ids: list[int], *, storage: str | os.PathLike | None = None,
+                 port: int | None = None, dtype: str = "auto", max_model_len: int = 512, extra: tuple[str, ...] = (),
+                 ready_timeout_s: float = 600.0, grace_s: float = 20.0, env: dict | None = None):
+        if port is not None and port_taken(port):
+            raise PortInUse(f"port {port} on {HOST} is already in use: vllm serve was not started")
+        self.port = port or free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="vllm-serve-"))
+        self.storage = Path(storage) if storage else self.dir / "hidden_states"
+        self.storage.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.dir / "server.log"
+        self.model = str(model_path)
+        self.native_ids = list(native_ids)
+        self.args = serve_args(model_path, native_ids, self.storage, port=self.port, dtype=dtype,
+                               max_model_len=max_model_len, extra=extra)
+        self.grace_s = grace_s
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True, env={**os.environ, **(env or {})})
+        self._finalizer = weakref.finalize(self, _stop, self.proc, grace_s)
+        atexit.register(self._finalizer)
+        try:
+            self._wait_ready(ready_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def _said(self) -> str:
+        cause = root_cause(self.log())
+        if cause:
+            return cause
+        tail = [line for line in self.log().splitlines() if line.strip()]
+        return tail[-1][-300:] if tail else "no output"
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise ServerDied(f"vllm serve exited with {_exit_text(code)} before it was ready: {self._said()}")
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise ServerNotReady(f"vllm serve on port {self.port} did not answer /health within {timeout_s:g} s "
+                                     f"(stopped); its last words: {self._said()}")
+            time.sleep(0.5)
+
+    def check_alive(self, during: str = "a request") -> None:
+        """Raise ServerDied (one line, with the exit status and vLLM's error) if the server is gone."""
+        code = self.proc.poll()
+        if code is not None:
+            raise ServerDied(f"vllm serve (pid {self.proc.pid}) died during {during}: {_exit_text(code)}; "
+                             f"{self._said()}")
+
+    def stop(self) -> None:
+        """Stop the server and everything it started; idempotent. Keeps the log unless HARNESS_KEEP_NATIVE_LOG=1
+        says to keep the folder."""
+        self._finalizer()
+        if os.environ.get("HARNESS_KEEP_NATIVE_LOG") != "1":
+            import shutil
+
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "VllmServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _exit_text(code: int) -> str:
+    return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
