@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # speculators >= 0.5's path on the H200: its own client (vllm_client.py from the speculators 0.9.0 wheel) against
 # `vllm serve` with the native export, compared with ours on the same prompts (harness.native.server_check).
-# After call 1 (see h200_env.sh); carry .gpu-part2, .whl and .client-wheels (the speculators 0.9.0 wheel: it is
+# After call 1 (see h200_env.sh); carry .gpu-part2, .whl, .srv-wheels (h200_server_env.sh) and .client-wheels (the speculators 0.9.0 wheel: it is
 # not installed, its client module is loaded by path). Reports land in $OUT/gpu, the logs beside them.
 set -uo pipefail
 . suites/gpu/h200_env.sh
+. suites/gpu/h200_server_env.sh
 export HARNESS_SPECULATORS_WHEELS="$PWD/.client-wheels"
 rc=0
 # tiny Llama in float32 (the platform's default attention); tiny Kimi-K2.5 in bf16 on TRITON_MLA (real MLA).
