@@ -1,0 +1,64 @@
+"""`vllm serve` as speculators >= 0.5 starts it (harness.native.server): each way it can fail is one clear line,
+and the server is stopped on every path (the leak check of every test sees to that: no process outlives it).
+
+Real servers on the installed vLLM and a tiny Llama; nothing is mocked. On a build without the native export
+the server refuses the speculative config and exits: that is the "dies before ready" case, with vLLM's own
+words. Where it starts, a request that kills its engine is the "dies mid-request" case.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from harness import models
+from harness.native import availability
+from harness.native.server import HOST, PortInUse, ServerDied, ServerNotReady, VllmServer
+
+IDS = [2, 3, 4]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return models.build("tiny-llama")
+
+
+def test_a_port_in_use_is_refused_before_anything_starts(llama):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        t0 = time.monotonic()
+        with pytest.raises(PortInUse, match=rf"^port {port} on {HOST} is already in use: vllm serve was not started$"):
+            VllmServer(llama.path, IDS, port=port)
+        assert time.monotonic() - t0 < 1, "the port is checked before vLLM is started"
+
+
+def test_a_server_that_is_not_ready_in_time_is_stopped_and_says_so(llama):
+    t0 = time.monotonic()
+    with pytest.raises(ServerNotReady, match=r"did not answer /health within 2 s \(stopped\); its last words: "):
+        VllmServer(llama.path, IDS, dtype="float32", ready_timeout_s=2, grace_s=5)
+    assert time.monotonic() - t0 < 40
+
+
+def test_a_server_that_dies_before_it_is_ready_names_vllm_s_error(llama, tmp_path):
+    """A checkpoint folder whose config names no architecture vLLM knows: the server exits during start-up."""
+    bad = tmp_path / "not-a-model"
+    bad.mkdir()
+    (bad / "config.json").write_text('{"architectures": ["NoSuchForCausalLM"], "model_type": "no_such"}')
+    with pytest.raises(ServerDied, match=r"^vllm serve exited with exit code \d+ before it was ready: \S"):
+        VllmServer(bad, IDS, dtype="float32", ready_timeout_s=300)
+
+
+def test_the_native_config_is_refused_or_served_as_this_vllm_decides(llama):
+    """With the native export's config: where this vLLM lacks the method the server dies naming it; where it has
+    it, the server becomes ready (and is stopped at the end of the `with`)."""
+    ok, why = availability()
+    if ok:
+        with VllmServer(llama.path, IDS, dtype="float32", ready_timeout_s=600) as server:
+            server.check_alive("the readiness check")
+        return
+    with pytest.raises(ServerDied, match=r"before it was ready: .*(SpeculativeConfig|extract_hidden_states)"):
+        VllmServer(llama.path, IDS, dtype="float32", ready_timeout_s=600)
