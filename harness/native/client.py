@@ -19,6 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.native.server import ServerError
 from harness.paths import REPO_ROOT
 
 CLIENT_FILE = "speculators/data_generation/vllm_client.py"
@@ -85,13 +86,14 @@ def extract(server, prompts: list[list[int]], *, version: str = "0.9.0", timeout
     client = openai.Client(base_url=server.base_url + "/v1", api_key="EMPTY", max_retries=0)
     engine_ids = sorted(set(server.native_ids))
     out = []
-    for prompt in prompts:
+    for i, prompt in enumerate(prompts):
         try:
             handle, params = client_module.generate_hidden_states(
                 client, server.model, {"input_ids": [int(t) for t in prompt]}, timeout=timeout_s, max_retries=0)
-        except Exception:
-            server.check_alive("a request")
-            raise
+        except Exception as exc:
+            server.check_alive(f"the request for prompt {i}")
+            raise ServerError(f"speculators {version}'s request for prompt {i} failed ({type(exc).__name__}: "
+                              f"{str(exc)[:200]}); the server's log says: {server.root_cause()}") from exc
         lock = handle + ".lock"
         waited = os.path.exists(lock)
         if waited:

@@ -70,10 +70,11 @@ def serve_args(model_path: str | os.PathLike, native_ids: list[int], storage: st
                dtype: str = "auto", max_model_len: int = 512, extra: tuple[str, ...] = ()) -> list[str]:
     """The `vllm serve` command line speculators' launcher builds, plus the harness's fixed settings: eager,
     prefix caching and chunked prefill off (a repeated prompt is computed again; the connector refuses chunked
-    prefill from 0.22), seed 0, local only."""
+    prefill from 0.22), seed 0, local only; the step budget of harness.native.engine's in-process engine."""
     return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model_path),
             "--host", HOST, "--port", str(port), "--dtype", dtype, "--max-model-len", str(max_model_len),
             "--enforce-eager", "--no-enable-prefix-caching", "--no-enable-chunked-prefill", "--seed", "0",
+            "--max-num-batched-tokens", str(max(8192, max_model_len)),
             "--trust-remote-code",
             "--speculative-config", json.dumps(speculative_config(native_ids)),
             "--kv-transfer-config", json.dumps(kv_transfer_config(storage)), *extra]
@@ -172,10 +173,20 @@ class VllmServer:
             raise ServerDied(f"vllm serve (pid {self.proc.pid}) died during {during}: {_exit_text(code)}; "
                              f"{self._said()}")
 
+    def root_cause(self) -> str:
+        """vLLM's own error in the server's log (the API server answers a dead engine with a bare 500)."""
+        return self._said()
+
     def stop(self) -> None:
-        """Stop the server and everything it started; idempotent. Keeps the log unless HARNESS_KEEP_NATIVE_LOG=1
-        says to keep the folder."""
+        """Stop the server and everything it started; idempotent. The log is copied into HARNESS_SERVER_LOG_DIR
+        where that is set; the folder is kept where HARNESS_KEEP_NATIVE_LOG=1."""
         self._finalizer()
+        keep = os.environ.get("HARNESS_SERVER_LOG_DIR")
+        if keep and self.log_path.is_file():
+            import shutil
+
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            shutil.copy(self.log_path, Path(keep) / f"server-{self.port}.log")
         if os.environ.get("HARNESS_KEEP_NATIVE_LOG") != "1":
             import shutil
 

@@ -6,7 +6,7 @@
 set -uo pipefail
 . suites/gpu/h200_env.sh
 . suites/gpu/h200_server_env.sh
-export HARNESS_SPECULATORS_WHEELS="$PWD/.client-wheels"
+export HARNESS_SPECULATORS_WHEELS="$PWD/.client-wheels" HARNESS_SERVER_LOG_DIR="$OUT/gpu"
 rc=0
 # tiny Llama in float32 (the platform's default attention); tiny Kimi-K2.5 in bf16 on TRITON_MLA (real MLA).
 timeout 280 "$PY" -m harness.native.server_check --model tiny-llama --dtype float32 --gpu-memory-utilization 0.3 \
