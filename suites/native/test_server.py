@@ -62,3 +62,15 @@ def test_the_native_config_is_refused_or_served_as_this_vllm_decides(llama):
         return
     with pytest.raises(ServerDied, match=r"before it was ready: .*(SpeculativeConfig|extract_hidden_states)"):
         VllmServer(llama.path, IDS, dtype="float32", ready_timeout_s=600)
+
+
+def test_speculators_090_client_loads_from_its_wheel_without_importing_the_package():
+    """Its package __init__ needs transformers 5; the client module needs openai only (a vLLM dependency)."""
+    import sys
+
+    from harness.native.client import load_client
+
+    module = load_client("0.9.0")
+    assert callable(module.generate_hidden_states) and callable(module.wait_for_lock)
+    assert module.__name__ == "speculators_0_9_0_vllm_client"
+    assert "speculators.data_generation.vllm_client" not in sys.modules
