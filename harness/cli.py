@@ -173,9 +173,9 @@ def cmd_gpu_nightly(args) -> int:
 
 def cmd_matrix(args) -> int:
     """Merge reports/vllm*.json into reports/matrix.{json,md,html}."""
-    from harness.reporting import matrix
+    from harness.reporting import matrix_page
 
-    m = matrix.write(Path(args.report_dir))
+    m = matrix_page.write(Path(args.report_dir))
     bad = [c["version"] for c in m["columns"] if c["status"] == "fail"]
     partial = [c["version"] for c in m["columns"] if c["status"] == "incomplete"]
     print(f"harness: matrix of {len(m['rows'])} rows x {len(m['columns'])} versions written to {args.report_dir}"

@@ -1,4 +1,4 @@
-"""The merge of the env reports into `reports/matrix.{json,md,html}`.
+"""The merge of the env reports into the matrix (`merge`), and its Markdown (the page: matrix_page).
 
 `merge()` reads every `reports/vllm*.json` a run left. A version whose env did not produce a report is shown as
 "not runnable here" with the reason from matrix.toml or the missing report — never as passed."""
@@ -140,14 +140,3 @@ def short_cell(cell: dict, markdown: bool = True) -> str:
     if o == "shimmed" and (cell.get("proof") or {}).get("result") != PROOF_NEEDED:
         mark += PROOF_MARK
     return ("**broken**" if o == "broken" and markdown else o) + mark
-
-
-def write(report_dir: Path = REPORTS) -> dict:
-    from harness.reporting import matrix_page
-    from harness.reporting.report import write_atomic
-
-    m = merge(report_dir)
-    write_atomic(Path(report_dir) / "matrix.json", json.dumps(m, indent=2, default=str) + "\n")
-    write_atomic(Path(report_dir) / "matrix.md", to_markdown(m))
-    write_atomic(Path(report_dir) / "matrix.html", matrix_page.to_html(m))
-    return m

@@ -1,12 +1,14 @@
-"""The matrix as one HTML page: a verdict per version, the legend, and every cell with its evidence one click
-away (filterable by model)."""
+"""The matrix as one HTML page (a verdict per version, the legend, every cell with its evidence one click away,
+filterable by model), and `write()`: reports/matrix.{json,md,html} from the env reports."""
 
 from __future__ import annotations
 
 import html
+import json
+from pathlib import Path
 
-from harness.reporting.matrix import PROOF_MARK, bench_cell, short_cell
-
+from harness.paths import REPORTS
+from harness.reporting.matrix import PROOF_MARK, bench_cell, merge, short_cell, to_markdown
 
 COLORS = {"native": "#d7f5dd", "shimmed": "#fff3c4", "broken": "#f8c9c9", "n/a": "#eeeeee", "pass": "#d7f5dd",
           "fail": "#f8c9c9", "not runnable here": "#dddddd", "not observed": "#f8c9c9", "incomplete": "#fde2b8",
@@ -105,3 +107,14 @@ def to_html(m: dict) -> str:
                "window.onhashchange=g;g();"
                "</script></body></html>\n")
     return "".join(out)
+
+
+def write(report_dir: Path = REPORTS) -> dict:
+    """Merge the env reports in `report_dir` and write reports/matrix.{json,md,html}."""
+    from harness.reporting.report import write_atomic
+
+    m = merge(report_dir)
+    write_atomic(Path(report_dir) / "matrix.json", json.dumps(m, indent=2, default=str) + "\n")
+    write_atomic(Path(report_dir) / "matrix.md", to_markdown(m))
+    write_atomic(Path(report_dir) / "matrix.html", to_html(m))
+    return m
