@@ -28,30 +28,36 @@ CLIENT_FILE = "speculators/data_generation/vllm_client.py"
 CACHE = REPO_ROOT / ".cache" / "speculators-clients"
 
 
-def client_tree(version: str) -> Path:
-    """speculators `version` unpacked: from HARNESS_SPECULATORS_WHEELS if it holds the wheel, else downloaded
-    once from the package index (checked against its sha256)."""
-    tree = CACHE / version
-    if (tree / CLIENT_FILE).is_file():
+def wheel_tree(project: str, version: str) -> Path:
+    """`project` `version` unpacked (not installed): from HARNESS_SPECULATORS_WHEELS if it holds the wheel, else
+    downloaded once from the package index (checked against its sha256)."""
+    tree = CACHE / f"{project}-{version}"
+    if (tree / ".complete").is_file():
         return tree
     local = os.environ.get("HARNESS_SPECULATORS_WHEELS")
-    wheel = next(Path(local).glob(f"speculators-{version}-*.whl"), None) if local else None
+    stem = project.replace("-", "_")
+    wheel = next(Path(local).glob(f"{stem}-{version}-*.whl"), None) if local else None
     CACHE.mkdir(parents=True, exist_ok=True)
     if wheel is None:
         from packaging.version import Version
 
         from harness.gate import sources
 
-        found = next((a for a in sources.list_files("speculators")
+        found = next((a for a in sources.list_files(project)
                       if a.kind == "wheel" and sources.file_version(a) == Version(version)), None)
         if found is None:
-            raise LookupError(f"speculators {version} has no wheel on the package index")
+            raise LookupError(f"{project} {version} has no wheel on the package index")
         wheel = sources.download(found, CACHE)
-    tmp = CACHE / f"{version}.tmp"
+    tmp = CACHE / f"{project}-{version}.tmp"
     with zipfile.ZipFile(wheel) as z:
         z.extractall(tmp)
+    (tmp / ".complete").write_text(wheel.name + "\n")
     os.replace(tmp, tree)
     return tree
+
+
+def client_tree(version: str) -> Path:
+    return wheel_tree("speculators", version)
 
 
 def load_client(version: str):

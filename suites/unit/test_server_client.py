@@ -39,3 +39,17 @@ def test_port_check_sees_a_listening_socket():
         assert port_taken(s.getsockname()[1])
     assert not port_taken(free_port())
 
+
+
+def test_hs_connectors_surface_fixture_is_what_its_source_says():
+    """fixtures/surfaces/hs-connectors-0.9.0.json is derived from the released wheel by AST: a fresh parse equals it,
+    and it holds the vLLM internals the connectors stand on (the base class, the example connector they subclass)."""
+    from harness.native import connectors_surface as cs
+
+    committed = json.loads(cs.fixture_path("0.9.0").read_text())
+    assert committed == json.loads(json.dumps(cs.parse("0.9.0"), sort_keys=True))
+    imports = set(committed["vllm_imports"])
+    assert {"vllm.distributed.kv_transfer.kv_connector.v1.base:KVConnectorBase_V1",
+            "vllm.v1.kv_cache_interface:HiddenStateCacheSpec"} <= imports
+    fp8 = committed["modules"]["hs_connectors.fp8_hidden_states_connector"]["classes"]["FP8HiddenStatesConnector"]
+    assert "_write_tensors" in fp8["methods"] and fp8["bases"] == ["_eh_mod.ExampleHiddenStatesConnector"]
