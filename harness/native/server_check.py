@@ -78,7 +78,8 @@ def run(name: str, *, version: str = "0.9.0", dtype: str = "float32", attention_
         with VllmServer(model.path, ids, dtype=dtype, max_model_len=512,
                         extra=serve_extra(model, attention_backend, gpu_memory_utilization)) as server:
             rep["server_start_s"] = round(time.perf_counter() - t0, 1)
-            rep["serve_args"] = [a for a in server.args[3:] if not a.startswith("/")]
+            rep["serve_args"] = [a.replace(str(server.storage), "<storage>") for a in server.args[3:]
+                                 if not a.startswith("/")]
             return extract(server, prompts, version=version)
 
     try:
@@ -116,8 +117,11 @@ def run(name: str, *, version: str = "0.9.0", dtype: str = "float32", attention_
     rep["verdict"] = ("agrees with ours at every id compared" if rep["agrees"] else
                       f"disagrees: worst {measure} {worst:.3g} > {tol:g} at native ids "
                       f"{[j for j, v in per_id.items() if v[measure] > tol]}")
-    if rep.get("last_layer_is_final_output") is False:
-        rep["verdict"] += f"; native id {n} (the last layer's output) is not exported: {rep['failure'][-260:]}"
+    if "failure" in rep:
+        said = rep["failure"].split("the server's log says: ")[-1]
+        rep["verdict"] += f"; native id {n} (the last layer's output) is not exported: {said}"
+    elif rep.get("last_layer_is_final_output") is False:
+        rep["verdict"] += f"; native id {n} differs from our id {n - 1} (the last layer's output) beyond the bound"
     return rep
 
 
