@@ -168,6 +168,8 @@ def test_worker_killed_mid_generate_is_named_and_sticks(runs):
     from harness.runtime.executor_view import WorkerDied
 
     gen = HarnessGenerator(runs(LLAMA).model.path, [1], max_model_len=256)
+    # Held from the start: once destroyed, nothing else keeps the contexts, and a weak set forgets collected ones.
+    tracked = list(gen.state.zmq_contexts)
     try:
         worker = gen.real_executor.workers[0].proc
         gen.real_executor.collective_rpc("_harness_hang_next", args=("_reset_capture", 60))
@@ -179,7 +181,6 @@ def test_worker_killed_mid_generate_is_named_and_sticks(runs):
         assert gen.executor_view.closed
     finally:
         gen.close()
-    tracked = list(gen.state.zmq_contexts)
     assert tracked, "no zmq context of the executor was tracked: nothing would stop it from hanging the collector"
     assert all(ctx.closed for ctx in tracked), "a zmq context of the shut-down executor is still open"
 
