@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import os
 
-from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
+from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim, summarize
 from harness.gate.facts import Fact
 from harness.gate.lookups import not_found
 
@@ -165,7 +165,7 @@ def start_in_child(model) -> Attempt:
         return Attempt(True)
     tail = [line for line in (proc.stdout + proc.stderr).splitlines() if "Error" in line]
     return Attempt.failed("RuntimeError", "the executor did not start with MLA on: "
-                          + (tail[-1].strip()[-300:] if tail else f"exit {proc.returncode}"))
+                          + (summarize(tail[-1], 300) if tail else f"exit {proc.returncode}"))
 
 
 def start(model, start_fn, backend: str | None = None):

@@ -17,7 +17,7 @@ import tempfile
 import pytest
 
 from harness import contracts, fdio
-from harness.contracts.base import Attempt, Outcome
+from harness.contracts.base import Attempt, Outcome, summarize
 from harness.testing.recording import not_applicable, observe_only, outcome_to_prove
 from harness.reporting.report import PROOF_FAILED, PROOF_NA, PROOF_NEEDED, PROOF_NOT_NEEDED
 
@@ -132,4 +132,4 @@ def _start_with_mla_on(model) -> Attempt:
         return start
     documented = [line.strip() for line in worker_log.splitlines() if any(re.search(p, line) for p in mla.CONTRACT.failures)]
     return Attempt.failed(start.error_type or "RuntimeError",
-                          (documented[-1][-300:] + " (worker log)") if documented else start.error or "", **start.detail)
+                          (summarize(documented[-1], 300) + " (worker log)") if documented else start.error or "", **start.detail)
