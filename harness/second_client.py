@@ -20,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 from harness.paths import REPO_ROOT
@@ -28,25 +27,11 @@ from harness.paths import REPO_ROOT
 VERSION = "0.4.0"
 
 
-def wheel_dir(cache: Path | None = None) -> Path:
-    """speculators 0.4.0 unpacked (downloaded once with pip into .cache/)."""
-    root = Path(cache or REPO_ROOT / ".cache" / f"speculators-{VERSION}")
-    tree = root / "tree"
-    if not (tree / "speculators" / "data_generation" / "vllm_hidden_states_generator.py").is_file():
-        from packaging.version import Version
+def wheel_dir() -> Path:
+    """speculators 0.4.0 unpacked, not installed (downloaded once into .cache/)."""
+    from harness.native.client import wheel_tree
 
-        from harness.gate import sources
-
-        root.mkdir(parents=True, exist_ok=True)
-        wheel = next(a for a in sources.list_files("speculators")
-                     if a.kind == "wheel" and sources.file_version(a) == Version(VERSION))
-        whl = sources.download(wheel, root)  # checked against the index's sha256
-        tmp = root / "tree.tmp"
-        with zipfile.ZipFile(whl) as z:
-            z.extractall(tmp)
-        os.replace(tmp, tree)
-        whl.unlink()
-    return tree
+    return wheel_tree("speculators", VERSION)
 
 
 def supported_range(tree: Path) -> str:

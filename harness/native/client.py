@@ -19,6 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.native.files import layers_asked
 from harness.native.server import ServerError
 from harness.paths import REPO_ROOT
 
@@ -38,7 +39,8 @@ def wheel_tree(project: str, version: str) -> Path:
     stem = project.replace("-", "_")
     wheel = next(Path(local).glob(f"{stem}-{version}-*.whl"), None) if local else None
     CACHE.mkdir(parents=True, exist_ok=True)
-    if wheel is None:
+    downloaded = wheel is None
+    if downloaded:
         from packaging.version import Version
 
         from harness.gate import sources
@@ -47,12 +49,14 @@ def wheel_tree(project: str, version: str) -> Path:
                       if a.kind == "wheel" and sources.file_version(a) == Version(version)), None)
         if found is None:
             raise LookupError(f"{project} {version} has no wheel on the package index")
-        wheel = sources.download(found, CACHE)
+        wheel = sources.download(found, CACHE)  # checked against the index's sha256
     tmp = CACHE / f"{project}-{version}.tmp"
     with zipfile.ZipFile(wheel) as z:
         z.extractall(tmp)
     (tmp / ".complete").write_text(wheel.name + "\n")
     os.replace(tmp, tree)
+    if downloaded:
+        wheel.unlink()  # the unpacked tree is what is used
     return tree
 
 
@@ -111,10 +115,6 @@ def extract(server, prompts: list[list[int]], *, version: str = "0.9.0", timeout
                               f"says: {server.root_cause()}")
         data = load_file(handle, device="cpu")
         os.remove(handle)
-        hs = data["hidden_states"]
-        if hs.dim() != 3 or hs.shape[1] != len(engine_ids) or hs.shape[0] != len(prompt):
-            raise ValueError(f"{handle}: expected hidden_states [{len(prompt)}, {len(engine_ids)}, hidden], "
-                             f"the file holds {tuple(hs.shape)}")
-        out.append(ServerExport([hs[:, engine_ids.index(j), :] for j in server.native_ids],
-                                [int(t) for t in data["token_ids"].tolist()], handle, dict(params), waited))
+        per_layer = layers_asked(data, handle, engine_ids, server.native_ids, tokens=len(prompt))
+        out.append(ServerExport(per_layer, [int(t) for t in data["token_ids"].tolist()], handle, dict(params), waited))
     return out

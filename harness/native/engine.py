@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.contracts.base import summarize
 from harness.native.engine_log import engine_output_to, root_cause
-from harness.native.files import NativeExport, read_export
+from harness.native.files import NativeExport, layers_asked, read_export
 from harness.native.layer_ids import map_layer_ids
 
 METHOD = "extract_hidden_states"
@@ -184,11 +184,10 @@ class NativeExporter:
             except OSError as exc:
                 raise NativeExportError("extract", exc, self._root_cause_after_failure(), self._log()) from exc
             layout = {k: (tuple(v.shape), str(v.dtype).replace("torch.", "")) for k, v in data.items()}
-            hs = data.get("hidden_states")
-            if hs is None or hs.dim() != 3 or hs.shape[1] != len(self.engine_ids):
-                raise NativeExportError("extract", ValueError(
-                    f"{path}: expected hidden_states [tokens, {len(self.engine_ids)}, hidden], file holds {layout}"), None, "")
-            per_layer = [hs[:, self.engine_ids.index(j), :] for j in self.native_ids]
+            try:
+                per_layer = layers_asked(data, path, self.engine_ids, self.native_ids)
+            except ValueError as exc:
+                raise NativeExportError("extract", exc, None, "") from exc
             tokens = [int(t) for t in data["token_ids"].tolist()] if "token_ids" in data else []
             results.append(NativeExport(per_layer, tokens, path, params, layout, waited))
         return results

@@ -51,3 +51,15 @@ def read_export(path: str, *, remove: bool = True) -> tuple[dict, bool]:
     if remove:
         os.remove(path)
     return data, waited
+
+
+def layers_asked(data: dict, path: str, engine_ids: list[int], asked_ids: list[int], tokens: int | None = None) -> list:
+    """One [tokens, hidden] tensor per asked native id, in the order asked, from the file's `hidden_states`
+    [tokens, distinct ids in stack order, hidden] (vLLM captures each distinct layer once); ValueError naming the
+    file where its shape is not that (or, given `tokens`, its row count is not the prompt's)."""
+    hs = data.get("hidden_states")
+    if hs is None or hs.dim() != 3 or hs.shape[1] != len(engine_ids) or (tokens is not None and hs.shape[0] != tokens):
+        layout = {k: (tuple(v.shape), str(v.dtype).replace("torch.", "")) for k, v in data.items()}
+        raise ValueError(f"{path}: expected hidden_states [{'tokens' if tokens is None else tokens}, {len(engine_ids)}, "
+                         f"hidden], the file holds {layout}")
+    return [hs[:, engine_ids.index(j), :] for j in asked_ids]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -212,13 +213,9 @@ class VllmServer:
         self._finalizer()
         keep = os.environ.get("HARNESS_SERVER_LOG_DIR")
         if keep and self.log_path.is_file():
-            import shutil
-
             Path(keep).mkdir(parents=True, exist_ok=True)
             shutil.copy(self.log_path, Path(keep) / f"server-{self.port}.log")
         if os.environ.get("HARNESS_KEEP_NATIVE_LOG") != "1":
-            import shutil
-
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> "VllmServer":
