@@ -8,6 +8,7 @@ derived from this registry.
 
 from __future__ import annotations
 
+import functools
 from importlib import import_module
 
 from harness.contracts.base import Attach, Shim
@@ -32,8 +33,10 @@ def module_name(contract_id: str) -> str:
     return contract_id + "_" if keyword.iskeyword(contract_id) else contract_id
 
 
-def modules() -> list:
-    return [import_module(f"harness.contracts.{module_name(i)}") for i in IDS]
+@functools.cache
+def modules() -> tuple:
+    """The contract modules in registry order (imported once: the workers ask for their shims every batch)."""
+    return tuple(import_module(f"harness.contracts.{module_name(i)}") for i in IDS)
 
 
 def selected(attach: Attach, disabled=frozenset()) -> list[tuple[str, Shim]]:

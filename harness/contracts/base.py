@@ -119,9 +119,14 @@ class Attempt:
         return f"{self.error_type}: {self.error}" + (f" @ {where}" if where else "")
 
 
+def qualified_name(fn: Callable) -> str:
+    """`module.qualname` of a function: how reports and the gate print a shim (and `resolve` finds it again)."""
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
 class Attach(str, enum.Enum):
     """Where in speculators' run a shim takes effect, and so the signature of its function. Each site applies
-    every selected shim attached there in one loop (harness.runtime.generator, harness.runtime.executor_view, harness.runtime.worker)."""
+    every selected shim attached there in one loop (harness.runtime: generator, executor_view, worker)."""
 
     #: fn(): before speculators is imported, in the driver and in each worker process.
     IMPORT = "import"
@@ -160,7 +165,7 @@ class Shim:
 
     @property
     def name(self) -> str:
-        return f"{self.fn.__module__}.{self.fn.__qualname__}" + (f" ({self.note})" if self.note else "")
+        return qualified_name(self.fn) + (f" ({self.note})" if self.note else "")
 
 
 def _always(_finding) -> bool:
@@ -179,7 +184,7 @@ class GateCover:
 
     @property
     def shim(self) -> str:
-        return f"{self.fn.__module__}.{self.fn.__qualname__}"
+        return qualified_name(self.fn)
 
 
 @dataclass(frozen=True)

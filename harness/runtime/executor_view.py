@@ -16,8 +16,8 @@ import threading
 from typing import Any
 
 from harness import contracts
-from harness.runtime import transport
 from harness.contracts.base import Attach
+from harness.runtime import transport
 
 
 class WorkerTimeout(RuntimeError):

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.runtime import transport, zmq_contexts
 from harness import contracts
 from harness.contracts import chunkedprefill
 from harness.contracts.base import Attach
+from harness.runtime import transport, zmq_contexts
 from harness.runtime.executor_view import ExecutorView
 from harness.runtime.namespace import rebind
 

@@ -10,6 +10,7 @@ sent by the driver turns shims off for proofs.
 
 from __future__ import annotations
 
+import sys
 import time
 
 from harness import contracts
@@ -20,11 +21,11 @@ for _, _shim in contracts.selected(Attach.IMPORT):  # in the worker process: bef
 
 from speculators.data_generation.custom_worker import HiddenStatesWorkerExtension  # noqa: E402
 
-from harness.runtime import transport  # noqa: E402
 from harness.contracts.base import Attempt  # noqa: E402
+from harness.runtime import transport  # noqa: E402
 from harness.runtime.namespace import rebind  # noqa: E402
 
-_SPECULATORS_MODULE_GLOBALS = vars(__import__("sys").modules[HiddenStatesWorkerExtension.__module__])
+_SPECULATORS_MODULE_GLOBALS = vars(sys.modules[HiddenStatesWorkerExtension.__module__])
 
 
 #: Worker methods that run a forward (the warm-up's dummy run, the memory profile, speculators' steps).
