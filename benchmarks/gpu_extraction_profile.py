@@ -77,7 +77,7 @@ def shape_fixture(name: str) -> dict:
     """The fixture (as in fixtures/models/) of a benchmark shape: seeded, stored in bf16."""
     if name in ("llama1b4", "llama8b"):
         cfg = LLAMA_1B4 if name == "llama1b4" else LLAMA_8B
-        return {"description": f"benchmark shape {name}", "seed": 20261202, "family": "llama",
+        return {"description": f"benchmark shape {name}", "seed": 20261202,
                 "store_dtype": "bfloat16", "hf_config": copy.deepcopy(cfg)}
     if name == "kimi-wide":
         from harness import models
@@ -97,7 +97,7 @@ def flop_model(fixture: dict) -> dict:
 
     cfg = fixture["hf_config"]
     text = cfg.get("text_config", cfg)
-    layout = models.weight_layout(fixture["family"], cfg)
+    layout = models.weight_layout(fixture)
     experts = int(text.get("n_routed_experts") or 0)
     topk = int(text.get("num_experts_per_tok") or 0)
     total = embed = head = active = 0

@@ -1,10 +1,12 @@
 """Tiny checkpoints, generated offline and deterministically from `fixtures/models/*.json`.
 
-Nothing is downloaded. Every weight is drawn from its own seeded generator (seed = the fixture's
-seed + CRC32 of the tensor name), so a checkpoint depends only on the fixture file: not on the
-installed transformers, not on the order tensors are created in. The weight names are written out
-here per architecture, in the layout real checkpoints use (per-expert MoE weights, as DeepSeek-V3
-and Kimi-K2.5 ship them), so the same files load in vLLM and in transformers 4.x and 5.x.
+Nothing is downloaded, and no architecture is written out here: a fixture file is the whole description of
+a model. transformers enumerates the weights (the architecture built from the fixture's config on the meta
+device, mapped back to the layout transformers saves: per-expert MoE weights, as DeepSeek-V3 and Kimi-K2.5
+ship them), and every weight is drawn from its own seeded generator (seed = the fixture's seed + CRC32 of the
+tensor name), so the values depend only on the fixture: not on the installed transformers, not on the order
+tensors are created in. A built checkpoint is loaded back in transformers and refused if any key is missing
+or unexpected, so a fixture cannot produce a checkpoint vLLM would half-initialise.
 
 Checkpoints are cached under `cache_dir()` keyed by a hash of the fixture and of this generator's
 version; a build goes to a temporary folder that is renamed into place, so an interrupted build
@@ -27,17 +29,31 @@ from harness.paths import FIXTURES, REPO_ROOT
 
 MODELS_FIXTURES = FIXTURES / "models"
 #: Bump when the weight layout or the init rule changes: it is part of the cache key.
-GENERATOR_VERSION = 8
+GENERATOR_VERSION = 9
 
 
 @dataclass(frozen=True)
 class TinyModel:
     name: str
     path: Path
-    family: str
     hf_config: dict
     fingerprint: str
     run_options: dict = None  # harness.runtime.generator.Options fields this model needs (e.g. language_model_only)
+    #: Layer ids the suites' shared generator captures (the fixture's `probe_layers`, else last, first, middle:
+    #: unordered on purpose, both ends included).
+    probe_layers: tuple = ()
+    #: What the per-model contract rows are keyed by: the fixture's name (two fixtures of one architecture keep
+    #: their own rows); the GPU tier, which runs any checkpoint by path, keys by the checkpoint's model_type.
+    row_key: str = ""
+
+    @property
+    def subject(self) -> str:
+        return self.row_key or self.name
+
+    @property
+    def family(self) -> str:
+        """The checkpoint's architecture family (its config's model_type)."""
+        return self.hf_config.get("model_type", "")
 
     @property
     def text_config(self) -> dict:
@@ -81,94 +97,54 @@ def load_fixture(name: str) -> dict:
 
 def _fixture_key(fixture: dict) -> str:
     blob = json.dumps(fixture, sort_keys=True).encode() + f"gen{GENERATOR_VERSION}".encode()
+    blob += b"".join(f.name.encode() + f.read_bytes() for f in fixture_files(fixture))
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
-# ---------------------------------------------------------------------------------------------
-# Weight layouts, written out per architecture.
-# Each entry: (name, shape, kind) with kind in {"linear", "embed", "norm", "bias"}.
-# ---------------------------------------------------------------------------------------------
+def weights_spec(fixture: dict) -> dict:
+    """Which model the checkpoint's weights are the weights of: the fixture's whole `hf_config` by default; a
+    fixture's `weights_from` names a sub-config (`config_key`), the transformers `model_type` to build it as and
+    the `prefix` its names carry (Kimi-K2.5: the DeepseekV3 text model under `language_model.`, text only)."""
+    spec = dict(fixture.get("weights_from") or {})
+    cfg = fixture["hf_config"]
+    sub = cfg[spec["config_key"]] if spec.get("config_key") else cfg
+    return {"config": sub, "model_type": spec.get("model_type") or sub["model_type"], "prefix": spec.get("prefix", "")}
 
 
-def _llama_weights(c: dict, prefix: str = "") -> list[tuple[str, tuple[int, ...], str]]:
-    h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
-    hd = c.get("head_dim") or h // c["num_attention_heads"]
-    nq, nkv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
-    out = [(f"{prefix}model.embed_tokens.weight", (v, h), "embed")]
-    for n in range(c["num_hidden_layers"]):
-        p = f"{prefix}model.layers.{n}."
-        out += [
-            (p + "input_layernorm.weight", (h,), "norm"),
-            (p + "post_attention_layernorm.weight", (h,), "norm"),
-            (p + "self_attn.q_proj.weight", (nq, h), "linear"),
-            (p + "self_attn.k_proj.weight", (nkv, h), "linear"),
-            (p + "self_attn.v_proj.weight", (nkv, h), "linear"),
-            (p + "self_attn.o_proj.weight", (h, nq), "linear"),
-            (p + "mlp.gate_proj.weight", (i, h), "linear"),
-            (p + "mlp.up_proj.weight", (i, h), "linear"),
-            (p + "mlp.down_proj.weight", (h, i), "linear"),
-        ]
-    out += [(f"{prefix}model.norm.weight", (h,), "norm"), (f"{prefix}lm_head.weight", (v, h), "linear")]
-    return out
+def _kind(name: str, shape: tuple[int, ...], embeddings: set[str]) -> str:
+    if name in embeddings:
+        return "embed"
+    if len(shape) == 1:
+        return "norm" if name.endswith(".weight") else "bias"  # a 1-D weight scales (norms); others shift
+    return "linear"
 
 
-def _mlp(p: str, h: int, i: int) -> list[tuple[str, tuple[int, ...], str]]:
-    return [
-        (p + "gate_proj.weight", (i, h), "linear"),
-        (p + "up_proj.weight", (i, h), "linear"),
-        (p + "down_proj.weight", (h, i), "linear"),
-    ]
+def weight_layout(fixture: dict) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, kind) of every tensor of the fixture's checkpoint, as transformers enumerates them.
 
+    The architecture is instantiated from the fixture's config on the meta device (no memory, no values); its
+    state dict is mapped back to the checkpoint layout transformers itself saves (per-expert MoE weights where a
+    transformers version fuses experts in memory), so the names do not depend on the installed transformers.
+    Parameters tied to another one (tied embeddings) are left out, as save_pretrained leaves them out."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-def _deepseek_v3_weights(c: dict, prefix: str = "") -> list[tuple[str, tuple[int, ...], str]]:
-    h, v, nh = c["hidden_size"], c["vocab_size"], c["num_attention_heads"]
-    nope, rope, vd, kvl = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"], c["kv_lora_rank"]
-    ql = c.get("q_lora_rank")
-    out = [(f"{prefix}model.embed_tokens.weight", (v, h), "embed")]
-    for n in range(c["num_hidden_layers"]):
-        p = f"{prefix}model.layers.{n}."
-        a = p + "self_attn."
-        out += [(p + "input_layernorm.weight", (h,), "norm"), (p + "post_attention_layernorm.weight", (h,), "norm")]
-        if ql:
-            out += [
-                (a + "q_a_proj.weight", (ql, h), "linear"),
-                (a + "q_a_layernorm.weight", (ql,), "norm"),
-                (a + "q_b_proj.weight", (nh * (nope + rope), ql), "linear"),
-            ]
-        else:
-            out += [(a + "q_proj.weight", (nh * (nope + rope), h), "linear")]
-        out += [
-            (a + "kv_a_proj_with_mqa.weight", (kvl + rope, h), "linear"),
-            (a + "kv_a_layernorm.weight", (kvl,), "norm"),
-            (a + "kv_b_proj.weight", (nh * (nope + vd), kvl), "linear"),
-            (a + "o_proj.weight", (h, nh * vd), "linear"),
-        ]
-        if n < c["first_k_dense_replace"]:
-            out += _mlp(p + "mlp.", h, c["intermediate_size"])
-            continue
-        mi, ne = c["moe_intermediate_size"], c["n_routed_experts"]
-        out += [(p + "mlp.gate.weight", (ne, h), "linear"), (p + "mlp.gate.e_score_correction_bias", (ne,), "bias")]
-        for e in range(ne):
-            out += _mlp(p + f"mlp.experts.{e}.", h, mi)
-        if c.get("n_shared_experts"):
-            out += _mlp(p + "mlp.shared_experts.", h, mi * c["n_shared_experts"])
-    out += [(f"{prefix}model.norm.weight", (h,), "norm"), (f"{prefix}lm_head.weight", (v, h), "linear")]
-    return out
-
-
-def _kimi_k25_weights(c: dict) -> list[tuple[str, tuple[int, ...], str]]:
-    """Kimi-K2.5 names its text stack `language_model.model.*` and `language_model.lm_head`. Text only."""
-    return _deepseek_v3_weights(c["text_config"], prefix="language_model.")
-
-
-LAYOUTS = {"llama": _llama_weights, "deepseek_v3": _deepseek_v3_weights, "kimi_k25": _kimi_k25_weights}
-
-
-def weight_layout(family: str, hf_config: dict) -> list[tuple[str, tuple[int, ...], str]]:
-    try:
-        return LAYOUTS[family](hf_config)
-    except KeyError:
-        raise ValueError(f"unknown tiny-model family {family!r} (have: {', '.join(LAYOUTS)})") from None
+    spec = weights_spec(fixture)
+    kwargs = {k: v for k, v in spec["config"].items() if k not in ("model_type", "auto_map")}
+    config = AutoConfig.for_model(spec["model_type"], **kwargs)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    state = model.state_dict()
+    kept = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers() if n in state}
+    state = {n: t for n, t in state.items() if n in kept}
+    try:  # transformers >= 5 fuses some weights in memory; this is how it writes them back
+        from transformers.core_model_loading import revert_weight_conversion
+        state = revert_weight_conversion(model, state)
+    except ImportError:
+        pass
+    embeddings = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, torch.nn.Embedding)}
+    prefix = spec["prefix"]
+    return sorted((prefix + n, tuple(t.shape), _kind(n, tuple(t.shape), embeddings)) for n, t in state.items())
 
 
 def _draw(name: str, shape: tuple[int, ...], kind: str, seed: int):
@@ -193,56 +169,9 @@ def _draw(name: str, shape: tuple[int, ...], kind: str, seed: int):
     return x * scale
 
 
-#: The config class a Kimi-K2.5 checkpoint ships for transformers (auto_map): ours, minimal. vLLM uses
-#: its own KimiK25Config; speculators reads this one through AutoConfig(trust_remote_code=True).
-KIMI_K25_CONFIG_CODE = '''"""Minimal Kimi-K2.5 config for transformers (written by the harness's tiny-model generator)."""
-from transformers import DeepseekV3Config, PretrainedConfig
-
-
-class KimiK25Config(PretrainedConfig):
-    model_type = "kimi_k25"
-
-    def __init__(self, text_config=None, vision_config=None, media_placeholder_token_id=0, **kwargs):
-        if isinstance(text_config, dict) or text_config is None:
-            text_config = DeepseekV3Config(**{k: v for k, v in (text_config or {}).items() if k != "model_type"})
-        self.text_config = text_config
-        self.vision_config = dict(vision_config or {})
-        self.media_placeholder_token_id = media_placeholder_token_id
-        super().__init__(**kwargs)
-'''
-
-
-#: What tiny-Kimi's stand-in processor raises when asked about media (harness.reporting.attribution recognises it).
+#: What tiny-Kimi's stand-in image processor (fixtures/models/tiny-kimi-k25.files) raises when asked about media;
+#: harness.reporting.attribution recognises it as the fixture's refusal, not a vLLM breakage.
 TEXT_ONLY_REFUSAL = "tiny-Kimi is a text-only checkpoint: it has no vision weights"
-#: vLLM's Kimi-K2.5 processing info loads the checkpoint's image processor (remote code in real
-#: checkpoints) even for text-only runs, and reads two attributes of it. tiny-Kimi is text-only: its
-#: processor has those attributes and refuses media.
-KIMI_K25_IMAGE_PROCESSOR_CODE = '''"""Text-only stand-in for Kimi-K2.5's image processor (written by the harness's tiny-model generator)."""
-from transformers.image_processing_utils import BaseImageProcessor
-
-
-class KimiK25ImageProcessor(BaseImageProcessor):
-    model_input_names = ["pixel_values", "grid_thws"]
-
-    def __init__(self, num_frames_per_chunk=4, **kwargs):
-        super().__init__(**kwargs)
-        self.num_frames_per_chunk = num_frames_per_chunk
-
-    def media_tokens_calculator(self, *args, **kwargs):
-        raise NotImplementedError("tiny-Kimi is a text-only checkpoint: it has no vision weights")
-
-    def preprocess(self, *args, **kwargs):
-        raise NotImplementedError("tiny-Kimi is a text-only checkpoint: it has no vision weights")
-'''
-KIMI_K25_PREPROCESSOR = {
-    "image_processor_type": "KimiK25ImageProcessor",
-    "auto_map": {"AutoImageProcessor": "image_processing_kimi_k25.KimiK25ImageProcessor"},
-    "num_frames_per_chunk": 4,
-    # vLLM 0.32 builds its own fused processor from this block of a Kimi-K2.5 preprocessor config.
-    "media_proc_cfg": {"patch_size": 14, "merge_kernel_size": [2, 2], "temporal_merge_kernel_size": 4,
-                       "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "in_patch_limit": 1024,
-                       "patch_limit_on_one_side": 64},
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,29 +218,46 @@ def _draw_all(layout, seed: int, store_dtype: str | None = None) -> dict:
         return dict(pool.map(one, layout))
 
 
+def fixture_files(fixture: dict) -> list[Path]:
+    """The files a fixture ships beside its config (`"files": "<folder under fixtures/models>"`), copied into the
+    checkpoint as they are: e.g. the remote-code config class and processor a Kimi-K2.5 checkpoint carries."""
+    folder = fixture.get("files")
+    return sorted(p for p in (MODELS_FIXTURES / folder).iterdir() if p.is_file()) if folder else []
+
+
 def _build_into(dest: Path, fixture: dict) -> str:
     import torch
     from safetensors.torch import save_file
 
     cfg = copy.deepcopy(fixture["hf_config"])
-    layout = weight_layout(fixture["family"], cfg)
-    tensors = _draw_all(layout, fixture["seed"], fixture.get("store_dtype"))
+    tensors = _draw_all(weight_layout(fixture), fixture["seed"], fixture.get("store_dtype"))
     save_file(tensors, str(dest / "model.safetensors"), metadata={"format": "pt"})
     (dest / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     text = cfg.get("text_config", cfg)
     gen = {"bos_token_id": text.get("bos_token_id", 1), "eos_token_id": text.get("eos_token_id", 2)}
     (dest / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
     _write_tokenizer(dest, int(text.get("max_position_embeddings", 2048)))
-    if cfg.get("model_type") == "kimi_k25":
-        (dest / "configuration_kimi_k25.py").write_text(KIMI_K25_CONFIG_CODE)
-        (dest / "image_processing_kimi_k25.py").write_text(KIMI_K25_IMAGE_PROCESSOR_CODE)
-        (dest / "preprocessor_config.json").write_text(json.dumps(KIMI_K25_PREPROCESSOR, indent=2) + "\n")
+    for f in fixture_files(fixture):
+        shutil.copyfile(f, dest / f.name)
     digest = hashlib.sha256()
     for name in sorted(tensors):
         digest.update(name.encode())
         digest.update(tensors[name].reshape(-1).view(torch.uint8).numpy())  # the tensor's bytes, as stored
     del torch
     return digest.hexdigest()
+
+
+#: Checkpoints up to this many parameters are loaded back in transformers when built (tiny ones: under a
+#: second); the GPU benchmark shapes (10^9-10^10) are not, their layout is the same code's.
+VERIFY_LOAD_MAX_PARAMS = 50_000_000
+
+
+def parameter_count(fixture: dict | str) -> int:
+    """The checkpoint's parameter count (a fixture, or the name of one in fixtures/models/)."""
+    import math
+
+    fixture = load_fixture(fixture) if isinstance(fixture, str) else fixture
+    return sum(math.prod(shape) for _, shape, _ in weight_layout(fixture))
 
 
 def build(name: str, root: Path | None = None, fixture: dict | None = None) -> TinyModel:
@@ -328,9 +274,15 @@ def build(name: str, root: Path | None = None, fixture: dict | None = None) -> T
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
         try:
             fp = _build_into(tmp, fixture)
-            (tmp / "harness-model.json").write_text(
-                json.dumps({"fixture": name, "fingerprint": fp, "generator": GENERATOR_VERSION}, indent=2) + "\n"
-            )
+            spec = weights_spec(fixture)
+            meta = {"fixture": name, "fingerprint": fp, "generator": GENERATOR_VERSION,
+                    "weights": {"model_type": spec["model_type"], "prefix": spec["prefix"],
+                                "config_key": (fixture.get("weights_from") or {}).get("config_key")}}
+            (tmp / "harness-model.json").write_text(json.dumps(meta, indent=2) + "\n")
+            if parameter_count(fixture) <= VERIFY_LOAD_MAX_PARAMS:
+                from harness import reference
+
+                reference.check_loads(tmp)  # refuses a checkpoint transformers would load with missing keys
             try:
                 os.rename(tmp, final)
             except OSError:
@@ -341,5 +293,6 @@ def build(name: str, root: Path | None = None, fixture: dict | None = None) -> T
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     meta = json.loads(marker.read_text())
-    return TinyModel(name, final, fixture["family"], fixture["hf_config"], meta["fingerprint"],
-                     dict(fixture.get("run_options", {})))
+    n = int(weights_spec(fixture)["config"]["num_hidden_layers"])
+    return TinyModel(name, final, fixture["hf_config"], meta["fingerprint"], dict(fixture.get("run_options", {})),
+                     tuple(fixture.get("probe_layers") or (n - 1, 0, n // 2)))

@@ -22,35 +22,50 @@ def load(model_path: str, dtype: str = "float32"):
     import torch
     from transformers import AutoModelForCausalLM
 
-    config = json.loads((Path(model_path) / "config.json").read_text())
-    if config.get("model_type") == "kimi_k25":
-        return _kimi_text_model(Path(model_path), config, getattr(torch, dtype))
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
-    return model.eval()
+    return AutoModelForCausalLM.from_pretrained(str(_causal_lm_dir(Path(model_path))), dtype=getattr(torch, dtype)).eval()
 
 
-def _kimi_text_model(path: Path, config: dict, dtype):
-    """Kimi-K2.5's text model is DeepseekV3: a DeepseekV3 checkpoint of the `language_model.*` weights,
-    written once beside the model, loaded with from_pretrained (which also converts per-expert
-    weights for transformers versions that fuse experts)."""
+def check_loads(model_path) -> None:
+    """Load a generated checkpoint in transformers and refuse it if any weight is missing, unexpected or of
+    another shape (transformers would initialise or drop those silently; vLLM fails later, in its worker)."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
 
+    logging.disable_progress_bar()
+    _, info = AutoModelForCausalLM.from_pretrained(str(_causal_lm_dir(Path(model_path))), output_loading_info=True)
+    bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
+    if bad:
+        raise ValueError(f"the checkpoint generated in {Path(model_path).name} does not load cleanly in transformers: "
+                         + "; ".join(f"{k}: {sorted(map(str, v))[:5]}" for k, v in bad.items()))
+
+
+def _causal_lm_dir(path: Path) -> Path:
+    """The folder transformers loads as a causal LM: the checkpoint itself, or, where the generator recorded that
+    the weights are a sub-model's under a prefix (Kimi-K2.5's DeepseekV3 text model under `language_model.`), a
+    checkpoint of just that sub-model, written once beside the weights."""
+    marker = path / "harness-model.json"
+    spec = json.loads(marker.read_text()).get("weights", {}) if marker.is_file() else {}
+    if not spec.get("prefix"):
+        return path
     text_dir = path / "reference-text-model"
     if not (text_dir / "config.json").is_file():
-        _write_text_checkpoint(path, config, text_dir)
-    return AutoModelForCausalLM.from_pretrained(str(text_dir), dtype=dtype).eval()
+        _write_sub_checkpoint(path, spec, text_dir)
+    return text_dir
 
 
-def _write_text_checkpoint(path: Path, config: dict, dest: Path) -> None:
+def _write_sub_checkpoint(path: Path, spec: dict, dest: Path) -> None:
     import os
     import tempfile
 
     from safetensors.torch import load_file, save_file
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    prefix = "language_model."
+    config = json.loads((path / "config.json").read_text())
+    prefix, model_type = spec["prefix"], spec["model_type"]
     state = {k[len(prefix):]: v for f in sorted(path.glob("*.safetensors"))
              for k, v in load_file(str(f)).items() if k.startswith(prefix)}
-    text = {**config["text_config"], "model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"]}
+    sub = config[spec["config_key"]] if spec.get("config_key") else config
+    text = {**sub, "model_type": model_type, "architectures": [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]]}
     tmp = Path(tempfile.mkdtemp(prefix=".reference-", dir=path))
     save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     (tmp / "config.json").write_text(json.dumps(text, indent=2))

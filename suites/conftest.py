@@ -13,10 +13,6 @@ import pytest
 
 pytest_plugins = ["harness.testing.plugin"]
 
-#: Layer ids of the shared generators: unordered on purpose, first/last layers and a MoE layer included.
-SHARED_LAYERS = {"tiny-llama": [5, 1, 3], "tiny-deepseek-v3": [3, 0, 1], "tiny-kimi-k25": [1, 3, 0]}
-
-
 @dataclass
 class ModelRun:
     model: object
@@ -32,9 +28,9 @@ class ModelRun:
         from harness.contracts.base import Attempt, Observation
 
         if self.absent:
-            return Observation(contract, Attempt(True), None, {}, not_applicable=self.absent, subject=self.model.family)
+            return Observation(contract, Attempt(True), None, {}, not_applicable=self.absent, subject=self.model.subject)
         why = Attempt.failed("GeneratorDidNotStart", f"the shimmed generator did not start: {self.failed.text}")
-        return Observation(contract, why, None, {"start": self.failed.text}, subject=self.model.family)
+        return Observation(contract, why, None, {"start": self.failed.text}, subject=self.model.subject)
 
 
 def missing_architecture(arch: str) -> str | None:
@@ -58,8 +54,8 @@ def _start(name: str) -> ModelRun:
     if absent:
         return ModelRun(model, None, None, None, absent=absent)
     gen, start, with_env, mla_start = mla.start(model, lambda: HarnessGenerator(
-        model.path, SHARED_LAYERS[name], max_model_len=MAX_MODEL_LEN, options=options_for(model, dtype="float32")))
-    observed = mla.probe(model.family, tc, with_env, start, mla_start=mla_start)
+        model.path, list(model.probe_layers), max_model_len=MAX_MODEL_LEN, options=options_for(model, dtype="float32")))
+    observed = mla.probe(model.subject, tc, with_env, start, mla_start=mla_start)
     if not start.ok:
         return ModelRun(model, None, None, observed, failed=start)
     return ModelRun(model, gen, ProbeContext(model, gen), observed)

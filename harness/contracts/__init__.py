@@ -12,6 +12,7 @@ import functools
 from importlib import import_module
 
 from harness.contracts.base import Attach, Shim
+from harness.models import fixture_names
 
 #: Contract ids in the order speculators' run meets them. The order matters where shims compose: shims on the
 #: same name apply in this order (C-chunkedprefill wraps the Scheduler that C-sched's shim builds).
@@ -20,10 +21,22 @@ IDS = (
     "request", "prefixcache", "chunkedprefill",
     "rpc", "twophase", "mla", "kimistack", "eagle3", "embed", "layer",
 )
-#: Contracts probed once per model architecture (key "id[family]"); the others once per vLLM.
+#: Contracts probed once per tiny model (key "id[<fixture>]", e.g. "embed[tiny-llama]"); the others once per vLLM.
 PER_MODEL = ("mla", "kimistack", "eagle3", "embed", "layer")
-#: The tiny models the CPU conformance run uses.
-E2E_MODELS = ("tiny-llama", "tiny-deepseek-v3", "tiny-kimi-k25")
+#: The tiny models the CPU conformance run uses: every fixture in fixtures/models/ (a new file is a new model).
+E2E_MODELS = tuple(fixture_names())
+
+
+@functools.cache
+def global_model() -> str:
+    """The tiny model the once-per-vLLM contracts (and their proofs) run on: the one fixture that says
+    `"global_contracts": true` (data in fixtures/models/, never a name here)."""
+    from harness.models import load_fixture
+
+    chosen = [m for m in E2E_MODELS if load_fixture(m).get("global_contracts")]
+    if len(chosen) != 1:
+        raise ValueError(f"exactly one fixture in fixtures/models/ must set \"global_contracts\": true (have: {chosen})")
+    return chosen[0]
 
 
 def module_name(contract_id: str) -> str:
@@ -58,9 +71,9 @@ def global_ids() -> list[str]:
     return [i for i in ids() if i not in PER_MODEL]
 
 
-def keys(families: list[str] | tuple[str, ...]) -> list[str]:
-    """Every contract key a run over these model families observes."""
-    return global_ids() + [f"{i}[{f}]" for f in families for i in PER_MODEL]
+def keys(models: list[str] | tuple[str, ...] = E2E_MODELS) -> list[str]:
+    """Every contract key a run over these tiny models observes."""
+    return global_ids() + [f"{i}[{m}]" for m in models for i in PER_MODEL]
 
 
 #: The native-export cross-check's contract ids (suites/native; see harness.native): the first once per
@@ -88,10 +101,7 @@ def proof_ids() -> list[str]:
 
 def proof_keys() -> list[str]:
     """The contract rows a complete run carries a proof result for: per-model contracts once per tiny model."""
-    from harness.models import load_fixture
-
-    families = [load_fixture(m)["family"] for m in E2E_MODELS]
-    return [f"{i}[{f}]" if i in PER_MODEL else i for i in proof_ids() for f in (families if i in PER_MODEL else [None])]
+    return [f"{i}[{m}]" if i in PER_MODEL else i for i in proof_ids() for m in (E2E_MODELS if i in PER_MODEL else [None])]
 
 
 def why_no_proof(key: str) -> str:

@@ -54,7 +54,7 @@ def worker_probe(worker, layer_ids) -> dict:
 def probe(ctx) -> Observation:
     r = ctx.worker_call(worker_probe, ctx.layer_ids)
     return Observation.of(CONTRACT, r["unshimmed"], r["shimmed"], r["facts"],
-                       subject=ctx.model.family)
+                       subject=ctx.model.subject)
 
 
 # -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------

@@ -61,7 +61,7 @@ def worker_probe(worker) -> dict:
 def probe(ctx) -> Observation:
     r = ctx.worker_call(worker_probe)
     return Observation.of(CONTRACT, r["unshimmed"], r["shimmed"], r["facts"],
-                       subject=ctx.model.family)
+                       subject=ctx.model.subject)
 
 
 # -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------

@@ -82,9 +82,9 @@ def probe(ctx) -> Observation:
         from harness.contracts.base import Attempt
 
         return Observation(CONTRACT, Attempt(True), None, r["facts"], not_applicable=r["not_applicable"],
-                           subject=ctx.model.family)
+                           subject=ctx.model.subject)
     return Observation.of(CONTRACT, r["unshimmed"], r["shimmed"], r["facts"],
-                       subject=ctx.model.family)
+                       subject=ctx.model.subject)
 
 
 # -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------

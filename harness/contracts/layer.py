@@ -53,7 +53,7 @@ def worker_probe(worker) -> dict:
 
 def probe(ctx) -> Observation:
     r = ctx.worker_call(worker_probe)
-    return Observation(CONTRACT, r["unshimmed"], None, r["facts"], subject=ctx.model.family)
+    return Observation(CONTRACT, r["unshimmed"], None, r["facts"], subject=ctx.model.subject)
 
 
 def _config_gated_and_unset(finding) -> bool:

@@ -11,11 +11,11 @@ broken (e.g. vLLM's own export on CPU builds) and rows that are not speculators'
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
 from harness.paths import REPO_ROOT, REPORTS
+from harness.reporting.report import read as read_report
 
 #: Why `dynamic_check` has nothing to say; the gate prints it next to each contract it leaves open.
 NO_ENV = "no CPU env for this version"
@@ -43,7 +43,7 @@ def dynamic_check(version: str, report_dir: Path = REPORTS) -> dict | None:
     path = Path(report_dir) / f"{env}.json" if env else None
     if path is None or not path.is_file():
         return None
-    rep = json.loads(path.read_text())
+    rep = read_report(path)
     if not rep["versions"]["vllm"].startswith(version):
         return None
     outcomes: dict[str, str] = {}

@@ -8,7 +8,36 @@ import os
 import tempfile
 from pathlib import Path
 
-SCHEMA = "harness-env-report/1"
+SCHEMA = "harness-env-report/2"
+#: Schema 1 keyed the per-model contract rows by architecture family (`embed[llama]`); schema 2 keys them by
+#: tiny-model fixture (`embed[tiny-llama]`), so two fixtures of one architecture keep their own rows. The fixture
+#: each family key of a schema-1 report was observed on (one fixture per family then):
+FAMILY_KEYS_V1 = {"llama": "tiny-llama", "deepseek_v3": "tiny-deepseek-v3", "kimi_k25": "tiny-kimi-k25"}
+
+
+def read(path: Path) -> dict:
+    """An env report, upgraded to the current schema (the observations are unchanged; only row keys move)."""
+    return upgrade(json.loads(Path(path).read_text()))
+
+
+def upgrade(rep: dict) -> dict:
+    if rep.get("schema") != "harness-env-report/1":
+        return rep
+
+    def key(k):
+        if isinstance(k, str) and k.endswith("]") and "[" in k:
+            cid, subject = k[:-1].split("[", 1)
+            return f"{cid}[{FAMILY_KEYS_V1.get(subject, subject)}]"
+        return k
+
+    for c in rep.get("contracts", []):
+        c["contract"] = key(c["contract"])
+    for field in ("mismatched", "unexpected", "not_observed", "stale_expectations"):
+        rep[field] = [dict(x, contract=key(x.get("contract"))) if isinstance(x, dict) else key(x)
+                      for x in rep.get(field) or []]
+    rep["schema"] = SCHEMA
+    rep.setdefault("notes", []).append("read from schema harness-env-report/1: per-model rows re-keyed by fixture")
+    return rep
 
 
 def write_atomic(path: Path, text: str) -> None:

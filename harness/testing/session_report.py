@@ -188,11 +188,9 @@ def pytest_sessionfinish(session, exitstatus):
             col.notes.append(f"versions unknown: {e}")
     from harness import contracts
     from harness.reporting import expectations as exp
-    from harness.models import load_fixture
     from harness.reporting.report import build
 
-    families = [load_fixture(m)["family"] for m in contracts.E2E_MODELS]
-    defined = set(contracts.keys(families)) | set(contracts.e2e_keys()) | set(contracts.native_keys())
+    defined = set(contracts.keys()) | set(contracts.e2e_keys()) | set(contracts.native_keys())
     stale, exp_file = [], None
     if col.meta:
         try:
@@ -202,7 +200,7 @@ def pytest_sessionfinish(session, exitstatus):
             col.notes.append(str(e))
     tiers = {k: v for k, v in col.tiers.items() if v["tests"]}
     col.tests["wall_s"] = round(time.time() - col.started, 1)
-    not_observed = sorted(set(contracts.keys(families)) - set(col.observations)) if "contracts" in tiers else []
+    not_observed = sorted(set(contracts.keys()) - set(col.observations)) if "contracts" in tiers else []
     rows = list(col.observations.values())
     attach_proofs(rows, col.proofs)
     rep = build(config.getoption("--harness-env"), col.meta, rows, col.e2e, tiers, col.tests, stale, not_observed,

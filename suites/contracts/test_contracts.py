@@ -11,7 +11,7 @@ MODEL_CONTRACTS = [c for c in contracts.PER_MODEL if c != "mla"]
 
 @pytest.mark.parametrize("cid", contracts.global_ids())
 def test_contract(cid, runs, record_observation, expectations):
-    run, module = runs("tiny-llama"), contracts.by_id()[cid]
+    run, module = runs(contracts.global_model()), contracts.by_id()[cid]
     obs = run.unavailable(module.CONTRACT) if run.generator is None else module.probe(run.ctx)
     record_observation(obs)  # held to its expectation there
 

@@ -83,8 +83,9 @@ def tier(request):
     hf = json.loads((Path(cfg.model_path) / "config.json").read_text())
     run = TierRun(cfg, Path(cfg.model_path).name, text_config(hf))
     tc = run.text_config
-    # The family names the checkpoint's architecture the way the expectations do (llama, deepseek_v3, kimi_k25).
-    run.model = TinyModel(run.model_name, Path(cfg.model_path), hf.get("model_type", ""), hf, "")
+    # Any checkpoint runs here, by path: its rows are keyed by its model_type (llama, deepseek_v3, kimi_k25), as the
+    # CUDA expectation files name them.
+    run.model = TinyModel(run.model_name, Path(cfg.model_path), hf, "", row_key=hf.get("model_type", ""))
     run.facts["family"] = run.model.family
     tokenizer = AutoTokenizer.from_pretrained(cfg.model_path, trust_remote_code=True)
     run.prompts = gpu_tier.load_prompts(cfg.prompts_file, tokenizer)
@@ -94,7 +95,7 @@ def tier(request):
         tensor_parallel_size=cfg.tp, options=_options(cfg, hf)), cfg.attention_backend)
     if not start.ok:
         raise RuntimeError(f"the shimmed generator did not start on {cfg.model_path}: {start.text}")
-    run.mla = mla.probe(run.model.family, tc, run.facts["mla_disabled"], start, cfg.attention_backend, mla_start)
+    run.mla = mla.probe(run.model.subject, tc, run.facts["mla_disabled"], start, cfg.attention_backend, mla_start)
     run.facts["generator_start_s"] = round(time.perf_counter() - t0, 2)
     run.facts["layer_ids"] = run.generator.layer_ids
     run.facts["engaged_shims"] = run.generator.engaged_shims()

@@ -26,14 +26,62 @@ def test_seed_changes_the_weights(tmp_path):
     assert models.build("tiny-llama", tmp_path, fx).fingerprint != models.build("tiny-llama", tmp_path, other).fingerprint
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-deepseek-v3"])
+#: sha256 over the tensors of the checkpoints every committed report (reports/vllm*.json) was observed on. The
+#: weights come from transformers' enumeration and the harness's seeded draw: a change of either that alters
+#: them fails here (the committed reports would then describe other weights).
+OBSERVED_FINGERPRINTS = {
+    "tiny-llama": "aa7e25d8b4f72fb5",
+    "tiny-deepseek-v3": "cf8ab9c83135041f",
+    "tiny-kimi-k25": "52bceb5a1c925c87",
+}
+
+
+@pytest.mark.parametrize("name", sorted(OBSERVED_FINGERPRINTS))
+def test_weights_are_the_ones_the_reports_observed(name, tmp_path):
+    assert models.build(name, root=tmp_path).fingerprint[:16] == OBSERVED_FINGERPRINTS[name]
+
+
+@pytest.mark.parametrize("name", models.fixture_names())
 def test_transformers_loads_every_weight(name, tmp_path):
+    """Every fixture, the one added as a file only (tiny-qwen3) included: no key missing, unexpected or of another
+    shape (the build checks this itself; this shows the check ran on what was written)."""
     from transformers import AutoModelForCausalLM
 
+    from harness import reference
+
     m = models.build(name, root=tmp_path)
-    model, info = AutoModelForCausalLM.from_pretrained(str(m.path), dtype=torch.float32, output_loading_info=True)
+    model, info = AutoModelForCausalLM.from_pretrained(str(reference._causal_lm_dir(m.path)), dtype=torch.float32,
+                                                       output_loading_info=True)
     assert {k: v for k, v in info.items() if v} == {}
     assert model.config.num_hidden_layers == m.num_layers
+
+
+def test_an_incomplete_checkpoint_is_refused(tmp_path):
+    """What the per-family layouts could not catch: a checkpoint missing a weight transformers expects."""
+    from safetensors.torch import load_file, save_file
+
+    from harness import reference
+
+    m = models.build("tiny-qwen3", root=tmp_path)
+    state = load_file(str(m.path / "model.safetensors"))
+    del state["model.layers.1.self_attn.q_norm.weight"]
+    save_file(state, str(m.path / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"does not load cleanly in transformers: missing_keys: .*layers\.1\.self_attn\.q_norm"):
+        reference.check_loads(m.path)
+
+
+def test_tied_embeddings_are_written_once(tmp_path):
+    names = {n for n, _, _ in models.weight_layout(models.load_fixture("tiny-qwen3"))}
+    assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names
+
+
+def test_per_expert_layout_whatever_transformers_keeps_in_memory():
+    """transformers 5 fuses experts in memory; the checkpoint keeps DeepSeek-V3's per-expert names."""
+    layout = {n: (shape, kind) for n, shape, kind in models.weight_layout(models.load_fixture("tiny-kimi-k25"))}
+    assert layout["language_model.model.layers.1.mlp.experts.7.down_proj.weight"] == ((256, 128), "linear")
+    assert layout["language_model.model.layers.1.mlp.gate.e_score_correction_bias"][1] == "bias"
+    assert layout["language_model.model.embed_tokens.weight"][1] == "embed"
+    assert not any("vision" in n for n in layout)
 
 
 def test_cache_reuses_a_finished_build_and_leaves_no_temp(tmp_path):

@@ -122,7 +122,7 @@ def test_proofs_cover_every_contract_with_a_shim():
     assert "import" in ids and "mla" in ids
     assert set(ids) == {m.CONTRACT.id for m in contracts.modules() if m.CONTRACT.shim}
     keys = contracts.proof_keys()
-    assert "embed[kimi_k25]" in keys and "import" in keys and not any(k.startswith("layer") for k in keys)
+    assert "embed[tiny-kimi-k25]" in keys and "import" in keys and not any(k.startswith("layer") for k in keys)
 
 
 @pytest.mark.parametrize("module", contracts.modules(), ids=lambda m: m.CONTRACT.id)
