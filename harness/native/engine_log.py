@@ -11,6 +11,8 @@ from harness import fdio
 from harness.contracts.base import summarize
 
 
+#: Terminal colour codes: vLLM's servers colour their log prefixes ("(APIServer pid=N)") where they think a terminal is.
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _LOG_PREFIX = re.compile(r"^(?:\(\w+ pid=\d+\)\s*)?(?:(?:ERROR|WARNING|INFO|DEBUG)\s+\S+\s+\S+\s+\[[^\]]*\]\s?)?")
 _EXC_LINE = re.compile(r"^((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit))(?::\s*(.*))?$")
 _FILE_LINE = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
@@ -39,7 +41,7 @@ def root_cause(log: str) -> str | None:
 
     where = None
     for raw in log.splitlines():
-        line = _LOG_PREFIX.sub("", raw.rstrip())
+        line = _LOG_PREFIX.sub("", ANSI.sub("", raw).rstrip())
         frame = _FILE_LINE.match(line)
         if frame:
             where = f"{short_path(frame.group(1))}:{frame.group(2)} in {frame.group(3)}"

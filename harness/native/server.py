@@ -31,7 +31,7 @@ import weakref
 from pathlib import Path
 
 from harness.native.engine import kv_transfer_config, speculative_config
-from harness.native.engine_log import root_cause
+from harness.native.engine_log import ANSI, root_cause
 
 HOST = "127.0.0.1"
 
@@ -176,7 +176,7 @@ class VllmServer:
         cause = root_cause(self.log())
         if cause:
             return cause
-        tail = [line for line in self.log().splitlines() if line.strip()]
+        tail = [ANSI.sub("", line) for line in self.log().splitlines() if line.strip()]
         return tail[-1][-300:] if tail else "no output"
 
     def _wait_ready(self, timeout_s: float) -> None:

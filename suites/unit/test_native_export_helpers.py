@@ -123,6 +123,21 @@ def test_root_cause_is_the_first_real_exception():
     assert nx.root_cause("INFO all good\n") is None
 
 
+#: vllm serve 0.11.0 refusing the export's speculative method, its prefixes coloured as it prints them.
+COLOURED_LOG = (
+    "\x1b[1;36m(APIServer pid=22427)\x1b[0;0m pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+    "SpeculativeConfig\n"
+    "\x1b[1;36m(APIServer pid=22427)\x1b[0;0m method\n"
+    "\x1b[1;36m(APIServer pid=22427)\x1b[0;0m     For further information visit https://errors.pydantic.dev/2.14/v/literal_error\n"
+)
+
+
+def test_root_cause_reads_through_terminal_colours():
+    """Found on 0.11.0: the server's coloured prefix hid the exception line, and the cause became the log's last line."""
+    assert nx.root_cause(COLOURED_LOG) == (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig")
+
+
 def test_platform_failures_are_not_retried_with_other_layers():
     """A CUDA-only stream on a CPU build is the platform's failure; an IndexError in a model's loop is not."""
     cuda = nx.NativeExportError("extract", RuntimeError("EngineCore encountered an issue"),
