@@ -90,7 +90,9 @@ def native_keys() -> list[str]:
 def e2e_keys() -> list[str]:
     """Optional expectation keys for the end-to-end numerics: present only where a vLLM is known to compute
     wrong numbers for a model (outcome "broken"); absent means the numeric checks must pass."""
-    return [f"e2e[{m}]" for m in E2E_MODELS]
+    from harness.native.client_axis import CLIENT_MODELS, client_row
+
+    return [f"e2e[{m}]" for m in E2E_MODELS] + [f"e2e[{client_row(m)}]" for m in CLIENT_MODELS]
 
 
 def proof_ids() -> list[str]:

@@ -23,9 +23,16 @@ def speculative_config(native_ids: list[int]) -> dict:
             "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(native_ids)}}}
 
 
-def kv_transfer_config(storage: str | os.PathLike) -> dict:
-    return {"kv_connector": CONNECTOR, "kv_role": "kv_producer",
-            "kv_connector_extra_config": {"shared_storage_path": str(storage)}}
+def kv_transfer_config(storage: str | os.PathLike, sync_writer: bool = False) -> dict:
+    """The export's KV connector; `sync_writer`: harness.native.sync_writer's subclass of it (a CPU build's
+    synchronous host copies in place of the CUDA copy stream), loaded through kv_connector_module_path."""
+    config = {"kv_connector": CONNECTOR, "kv_role": "kv_producer",
+              "kv_connector_extra_config": {"shared_storage_path": str(storage)}}
+    if sync_writer:
+        from harness.native import sync_writer as sw
+
+        config.update(kv_connector=sw.NAME, kv_connector_module_path=sw.MODULE)
+    return config
 
 
 def default_gpu_memory_utilization(wanted: float = 0.8) -> float:

@@ -68,7 +68,8 @@ def port_taken(port: int) -> bool:
 
 
 def serve_args(model_path: str | os.PathLike, native_ids: list[int], storage: str | os.PathLike, *, port: int,
-               dtype: str = "auto", max_model_len: int = 512, extra: tuple[str, ...] = ()) -> list[str]:
+               dtype: str = "auto", max_model_len: int = 512, extra: tuple[str, ...] = (),
+               sync_writer: bool = False) -> list[str]:
     """The `vllm serve` command line speculators' launcher builds, plus the harness's fixed settings: eager,
     prefix caching and chunked prefill off (a repeated prompt is computed again; the connector refuses chunked
     prefill from 0.22), seed 0, local only; the step budget of harness.native.engine's in-process engine."""
@@ -78,7 +79,7 @@ def serve_args(model_path: str | os.PathLike, native_ids: list[int], storage: st
             "--max-num-batched-tokens", str(max(8192, max_model_len)),
             "--trust-remote-code",
             "--speculative-config", json.dumps(speculative_config(native_ids)),
-            "--kv-transfer-config", json.dumps(kv_transfer_config(storage)), *extra]
+            "--kv-transfer-config", json.dumps(kv_transfer_config(storage, sync_writer)), *extra]
 
 
 def cli_metadata_dir(into: Path) -> Path | None:
@@ -134,7 +135,11 @@ class VllmServer:
 
     def __init__(self, model_path: str | os.PathLike, native_ids: list[int], *, storage: str | os.PathLike | None = None,
                  port: int | None = None, dtype: str = "auto", max_model_len: int = 512, extra: tuple[str, ...] = (),
-                 ready_timeout_s: float = 600.0, grace_s: float = 20.0, env: dict | None = None):
+                 ready_timeout_s: float = 600.0, grace_s: float = 20.0, env: dict | None = None,
+                 sync_writer: bool | None = None):
+        """`sync_writer`: serve with harness.native.sync_writer's connector (True), vLLM's own (False), or, by
+        default, the former where this process shows the upstream writer's CUDA calls cannot work (the probe's
+        answer is `self.sync_writer_why`)."""
         if port is not None and port_taken(port):
             raise PortInUse(f"port {port} on {HOST} is already in use: vllm serve was not started")
         self.port = port or free_port()
@@ -144,8 +149,15 @@ class VllmServer:
         self.log_path = self.dir / "server.log"
         self.model = str(model_path)
         self.native_ids = list(native_ids)
+        self.sync_writer_why = None
+        if sync_writer is None:
+            from harness.native import sync_writer as sw
+
+            self.sync_writer_why = sw.needed()
+            sync_writer = self.sync_writer_why is not None
+        self.sync_writer = sync_writer
         self.args = serve_args(model_path, native_ids, self.storage, port=self.port, dtype=dtype,
-                               max_model_len=max_model_len, extra=extra)
+                               max_model_len=max_model_len, extra=extra, sync_writer=sync_writer)
         self.grace_s = grace_s
         run_env = {**os.environ, **(env or {})}
         self.metadata_dir = cli_metadata_dir(self.dir)

@@ -50,7 +50,9 @@ def serve_extra(model, attention_backend: str | None, gpu_memory_utilization: fl
 
 
 def run(name: str, *, version: str = "0.9.0", dtype: str = "float32", attention_backend: str | None = None,
-        gpu_memory_utilization: float | None = None, prompts: list[list[int]] | None = None) -> dict:
+        gpu_memory_utilization: float | None = None, prompts: list[list[int]] | None = None,
+        sync_writer: bool | None = None) -> dict:
+    """`sync_writer`: as VllmServer's (None: chosen by probing)."""
     from harness import models
     from harness.contracts import mla
     from harness.native.client import extract
@@ -75,9 +77,11 @@ def run(name: str, *, version: str = "0.9.0", dtype: str = "float32", attention_
     rep["ours_s"] = round(time.perf_counter() - t0, 1)
     def serve(ids: list[int]):
         t0 = time.perf_counter()
-        with VllmServer(model.path, ids, dtype=dtype, max_model_len=512,
+        with VllmServer(model.path, ids, dtype=dtype, max_model_len=512, sync_writer=sync_writer,
                         extra=serve_extra(model, attention_backend, gpu_memory_utilization)) as server:
             rep["server_start_s"] = round(time.perf_counter() - t0, 1)
+            rep["sync_writer"] = (f"harness.native.sync_writer's connector (upstream writer here: {server.sync_writer_why})"
+                                  if server.sync_writer else "vLLM's own connector")
             rep["serve_args"] = [a.replace(str(server.storage), "<storage>") for a in server.args[3:]
                                  if not a.startswith("/")]
             return extract(server, prompts, version=version)
