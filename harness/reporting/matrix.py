@@ -16,8 +16,10 @@ SCHEMA = "harness-matrix/1"
 
 
 def merge(report_dir: Path = REPORTS) -> dict:
+    from harness.reporting import client_axis
+
     vs = versions()
-    columns, rows = [], {}
+    columns, rows, clients = [], {}, {v: {} for v in client_axis.CLIENTS}
     for ver, meta in vs.items():
         path = Path(report_dir) / f"{meta['env']}.json"
         col = {"version": ver, "env": meta["env"], "package": meta["package"]}
@@ -25,6 +27,9 @@ def merge(report_dir: Path = REPORTS) -> dict:
             col.update(status="not runnable here", reason=meta.get("reason") or "see fixtures/envs/matrix.toml")
         elif not path.is_file():
             col.update(status="not runnable here", reason=f"no report: reports/{path.name} was not produced (run `tox -e {meta['env']}`)")
+        if col.get("status") == "not runnable here":
+            for v, cell in client_axis.not_runnable(col["reason"]).items():
+                clients[v][ver] = cell
         else:
             rep = read(path)
             bench = Path(report_dir) / f"{meta['env']}.bench.json"
@@ -34,6 +39,8 @@ def merge(report_dir: Path = REPORTS) -> dict:
             # greener rule does not keep its old verdict.
             status, gaps = judge(rep)
             status, gaps = _predates(rep, status, gaps)
+            for v, cell in client_axis.cells(rep, status).items():
+                clients[v][ver] = cell
             col.update(status=status, incomplete=gaps, installed=rep["versions"], generated_at=rep["generated_at"],
                        wall_s=rep["tests"].get("wall_s"), tiers=rep["tiers"], tests=rep["tests"],
                        notes=rep.get("notes", []), benchmark=rep.get("benchmark"),
@@ -63,7 +70,7 @@ def merge(report_dir: Path = REPORTS) -> dict:
                 cells[col["version"]] = {"outcome": "not runnable here" if col["status"] == "not runnable here"
                                          else "not observed", "reason": col.get("reason", "")}
     walls = [c["wall_s"] + (c.get("benchmark") or {}).get("wall_s", 0) for c in columns if c.get("wall_s") is not None]
-    return {"schema": SCHEMA, "columns": columns, "rows": dict(sorted(rows.items(), key=_row_order)),
+    return {"schema": SCHEMA, "columns": columns, "rows": dict(sorted(rows.items(), key=_row_order)), "clients": clients,
             # The envs' own session times (tests; benchmark where it recorded its time): what the matrix costs
             # run one env after another on the machine that wrote the reports.
             "wall_s_total": round(sum(walls), 1) if walls else None}
@@ -115,6 +122,12 @@ def bench_cell(b: dict | None) -> str:
     return f"{b['ratio']:.2f} (single, unpaired)"
 
 
+def client_axis_lines(m: dict) -> list[str]:
+    from harness.reporting import client_axis
+
+    return client_axis.to_markdown(m) if m.get("clients") else []
+
+
 def to_markdown(m: dict) -> str:
     cols = m["columns"]
     head = "| contract | " + " | ".join(c["version"] for c in cols) + " |"
@@ -123,6 +136,7 @@ def to_markdown(m: dict) -> str:
              "**broken** (no shim restores it), n/a, or not runnable here. Observed on each real vLLM CPU build.",
              "Rows `native*` are vLLM's own hidden-state export (0.17+), not speculators' calls: **native** = it holds "
              "(`native[model]`: runs here and agrees with ours), **broken** = it does not hold here (the cell says why).", "",
+             *client_axis_lines(m), "", "## Contract rows (speculators 0.3.0) and end-to-end checks", "",
              head, "|---|" + "---|" * len(cols)]
     for key, cells in m["rows"].items():
         lines.append(f"| {key} | " + " | ".join(short_cell(cells[c["version"]]) for c in cols) + " |")

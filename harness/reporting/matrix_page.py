@@ -28,7 +28,7 @@ def verdicts(m: dict) -> dict[str, str]:
         if c["status"] == "not runnable here":
             out[ver] = f"not runnable here: {c.get('reason', '')}"
             continue
-        e2e = {k[4:-1]: cells[ver] for k, cells in m["rows"].items() if k.startswith("e2e[")}
+        e2e = {k[4:-1]: cells[ver] for k, cells in m["rows"].items() if k.startswith("e2e[") and ":" not in k}
         works = [name for name, cell in e2e.items() if cell["outcome"] == "pass"]
         broken = [f"{name} ({(cell.get('reason') or '')[:120]})" for name, cell in e2e.items()
                   if cell["outcome"] in ("broken", "fail")]
@@ -41,6 +41,32 @@ def verdicts(m: dict) -> dict[str, str]:
         if c["status"] != "pass":
             line += f" [{c['status']}: " + "; ".join(g["what"][:100] for g in c.get("incomplete", [])[:3]) + "]"
         out[ver] = line
+    return out
+
+
+CLIENT_COLORS = {"works natively": "#d7f5dd", "works with our shims": "#fff3c4", "broken": "#f8c9c9",
+                 "not runnable here": "#dddddd", "not observed": "#fde2b8"}
+
+
+def _clients_table(m: dict) -> list[str]:
+    """Which speculators release works with which vLLM build: a verdict per cell, its reason one click away."""
+    from harness.reporting.client_axis import CLIENTS
+
+    if not m.get("clients"):
+        return []
+    esc = html.escape
+    out = ["<h2>Which speculators works with which vLLM</h2><table id='clients'><tr><th>speculators</th>"]
+    out += [f"<th>{esc(c['version'])}</th>" for c in m["columns"]]
+    out.append("</tr>")
+    for ver, how in CLIENTS.items():
+        out.append(f"<tr><th style='text-align:left' title='{esc(how)}'>{esc(ver)}<br><small>{esc(how)}</small></th>")
+        for c in m["columns"]:
+            cell = m["clients"][ver][c["version"]]
+            out.append(f"<td id='client{esc(ver)}@{esc(c['version'])}' style='background:"
+                       f"{CLIENT_COLORS[cell['verdict']]}'><details><summary>{esc(cell['verdict'])}</summary>"
+                       f"<div class='evidence'>{esc(cell['why'])}</div></details></td>")
+        out.append("</tr>")
+    out.append("</table>")
     return out
 
 
@@ -61,8 +87,9 @@ def to_html(m: dict) -> str:
            "details summary{cursor:pointer}details div{max-width:28em;white-space:pre-wrap;font-size:11px}",
            ".legend span{display:inline-block;padding:2px 6px;margin:2px;border:1px solid #bbb}",
            "#verdicts li{margin:2px 0}",
-           "</style></head><body><h1>speculators 0.3.0 &times; vLLM: compatibility matrix</h1><h2>Verdicts</h2>",
-           "<ul id='verdicts'>"]
+           "</style></head><body><h1>speculators &times; vLLM: compatibility matrix</h1>"]
+    out += _clients_table(m)
+    out += ["<h2>speculators 0.3.0: verdicts per vLLM</h2>", "<ul id='verdicts'>"]
     out += [f"<li data-version='{esc(v)}'><b>vLLM {esc(v)}</b>: {esc(text)}</li>" for v, text in verdicts(m).items()]
     out.append("</ul><p class='legend'>" + "".join(
         f"<span style='background:{COLORS[k]}'>{esc(k)}: {esc(t)}</span>" for k, t in LEGEND) + f"<span>{PROOF_MARK}: shimmed, "

@@ -1,0 +1,101 @@
+"""The matrix's client axis: for each speculators release the suites drive and each vLLM build, one verdict.
+
+Answers "which vLLM versions work with speculators X?" from what each env report observed, never from what a
+release declares:
+- **works natively**: speculators' code ran as shipped and agreed with the reference;
+- **works with our shims (which)**: it ran only through the harness's shims, named;
+- **broken (why)**: it does not run, or disagrees, and no shim restores it (the expectation's reason);
+- **not runnable here (why)**: the build has no such path (e.g. no native export), or the client's declared
+  range excludes it, or the build could not be installed here;
+- **not observed**: the build's report predates this client's rows.
+The per-contract rows behind a verdict are the matrix's own rows for that build.
+"""
+
+from __future__ import annotations
+
+from harness.native.client_axis import CLIENT, client_row
+
+WORKS, SHIMMED, BROKEN, NOT_RUNNABLE, NOT_OBSERVED = (
+    "works natively", "works with our shims", "broken", "not runnable here", "not observed")
+#: The clients, in release order, with what the harness drives of each.
+CLIENTS = {
+    "0.3.0": "in-process generator (vllm_hidden_states_generator), through the harness's shims",
+    "0.4.0": "in-process generator as shipped (its own ports of the fixes), tiny Llama",
+    CLIENT: "vllm serve with vLLM's native export, driven by its vllm_client",
+}
+SECOND_CLIENT_CHECK = "speculators 0.4.0 (second client) agrees"
+
+
+def _cell(verdict: str, why: str = "", shims: list[str] | None = None) -> dict:
+    return {"verdict": verdict, "why": why, "shims": shims or []}
+
+
+def _first_client(rep: dict, status: str) -> dict:
+    """speculators 0.3.0: the env run itself (its contract rows and e2e checks against transformers)."""
+    if status == "fail":
+        bad = [c["contract"] for c in rep.get("contracts", []) if c.get("expected") not in (None, c["outcome"])]
+        return _cell(BROKEN, "the run failed" + (f": {', '.join(bad)} not as expected" if bad else ""))
+    shims = sorted({c["contract"].split("[")[0] for c in rep.get("contracts", [])
+                    if c["outcome"] == "shimmed" and not c["contract"].startswith("native")})
+    broken_e2e = sorted({e["model"] for e in rep.get("e2e", []) if e["result"] == "fail" and ":" not in e["model"]})
+    why = ", ".join(shims)
+    if broken_e2e:
+        why += f"; vLLM's own numbers are wrong for {', '.join(broken_e2e)} (expected broken)"
+    if status != "pass":
+        why += f" [run {status}]"
+    return _cell(SHIMMED if shims else WORKS, why, shims)
+
+
+def _second_client(rep: dict) -> dict:
+    seen = [e for e in rep.get("e2e", []) if e["check"] == SECOND_CLIENT_CHECK]
+    if not seen:
+        return _cell(NOT_OBSERVED, "the report has no speculators 0.4.0 check")
+    e = seen[0]
+    if e["result"] == "n/a":
+        return _cell(NOT_RUNNABLE, e["measured"])
+    return _cell(WORKS if e["result"] == "pass" else BROKEN, e["measured"])
+
+
+def _native_client(rep: dict) -> dict:
+    seen = [e for e in rep.get("e2e", []) if e["model"].startswith(client_row("")) and "agrees" in e["check"]]
+    if not seen:
+        return _cell(NOT_OBSERVED, "the report predates this client's rows")
+    if all(e["result"] == "n/a" for e in seen):
+        return _cell(NOT_RUNNABLE, seen[0]["measured"])
+    models = ", ".join(e["model"].split(":", 1)[1] for e in seen)
+    if all(e["result"] == "pass" for e in seen):
+        shimmed = any("sync_writer" in e["measured"] for e in seen)
+        return _cell(SHIMMED if shimmed else WORKS, ("through harness.native.sync_writer (a CPU build's connector) on "
+                                                     if shimmed else "on ") + models, ["sync_writer"] if shimmed else [])
+    failed = next(e for e in seen if e["result"] != "pass")
+    return _cell(BROKEN, f"{failed['model'].split(':', 1)[1]}: {failed['measured']}")
+
+
+def cells(rep: dict, status: str) -> dict[str, dict]:
+    """One env report's verdict for every client (keyed by speculators version)."""
+    return {"0.3.0": _first_client(rep, status), "0.4.0": _second_client(rep), CLIENT: _native_client(rep)}
+
+
+def not_runnable(reason: str) -> dict[str, dict]:
+    return {v: _cell(NOT_RUNNABLE, reason) for v in CLIENTS}
+
+
+def to_markdown(m: dict) -> list[str]:
+    cols = m["columns"]
+    lines = ["## Which speculators works with which vLLM", "",
+             "| speculators | how | " + " | ".join(c["version"] for c in cols) + " |",
+             "|---|---|" + "---|" * len(cols)]
+    for ver, how in CLIENTS.items():
+        row = m["clients"][ver]
+        lines.append(f"| {ver} | {how} | " + " | ".join(_short(row[c["version"]]) for c in cols) + " |")
+    lines += ["", "Each cell: works natively / works with our shims (which) / broken / not runnable here / not observed;",
+              "the reasons are in matrix.json (`clients`) and matrix.html."]
+    return lines
+
+
+def _short(cell: dict) -> str:
+    v = cell["verdict"]
+    if v == SHIMMED:
+        shims = cell["shims"]
+        return f"works, {len(shims)} shims" if len(shims) > 2 else "works with " + " + ".join(shims)
+    return {WORKS: "works", BROKEN: "**broken**", NOT_RUNNABLE: "not runnable", NOT_OBSERVED: "not observed"}[v]

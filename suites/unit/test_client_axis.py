@@ -1,0 +1,59 @@
+"""The matrix's client axis: one verdict per (speculators release, vLLM build), from what the report observed."""
+
+from __future__ import annotations
+
+from harness.native.client_axis import client_row
+from harness.reporting import client_axis as ca
+
+
+def _rep(contracts=(), e2e=()) -> dict:
+    return {"contracts": [{"contract": k, "outcome": o, "expected": o} for k, o in contracts], "e2e": list(e2e)}
+
+
+def _e2e(model, check, result, measured=""):
+    return {"model": model, "check": check, "result": result, "measured": measured}
+
+
+AGREES = "speculators 0.9.0 via vllm serve agrees with ours at the mapped ids"
+
+
+def test_first_client_names_its_shims_and_never_counts_the_native_rows():
+    rep = _rep([("sched", "shimmed"), ("embed[tiny-llama]", "shimmed"), ("import", "native"),
+                ("native[tiny-llama]", "shimmed")])
+    cell = ca.cells(rep, "pass")["0.3.0"]
+    assert cell["verdict"] == ca.SHIMMED and cell["shims"] == ["embed", "sched"]
+    assert ca.cells(_rep([("import", "native")]), "pass")["0.3.0"]["verdict"] == ca.WORKS
+    assert ca.cells(rep, "fail")["0.3.0"]["verdict"] == ca.BROKEN
+    assert "[run incomplete]" in ca.cells(rep, "incomplete")["0.3.0"]["why"]
+
+
+def test_native_client_verdicts():
+    ok = [_e2e(client_row(m), AGREES, "pass", "agrees (…; harness.native.sync_writer's connector (…))")
+          for m in ("tiny-llama", "tiny-kimi-k25")]
+    cell = ca.cells(_rep(e2e=ok), "pass")["0.9.0"]
+    assert cell["verdict"] == ca.SHIMMED and cell["shims"] == ["sync_writer"] and "tiny-kimi-k25" in cell["why"]
+    gpu = [_e2e(client_row("tiny-llama"), AGREES, "pass", "agrees (…; vLLM's own connector)")]
+    assert ca.cells(_rep(e2e=gpu), "pass")["0.9.0"]["verdict"] == ca.WORKS
+    dead = [_e2e(client_row("tiny-llama"), AGREES, "fail", "the server path fails: vllm serve exited")]
+    assert ca.cells(_rep(e2e=dead), "pass")["0.9.0"] == {"verdict": ca.BROKEN, "shims": [],
+                                                         "why": "tiny-llama: the server path fails: vllm serve exited"}
+    none = [_e2e(client_row("tiny-llama"), AGREES, "n/a", "no native hidden-state export in this vLLM")]
+    assert ca.cells(_rep(e2e=none), "pass")["0.9.0"]["verdict"] == ca.NOT_RUNNABLE
+    assert ca.cells(_rep(), "pass")["0.9.0"]["verdict"] == ca.NOT_OBSERVED
+
+
+def test_second_client_outside_its_range_is_not_runnable_never_works():
+    na = [_e2e("tiny-llama", ca.SECOND_CLIENT_CHECK, "n/a", "vLLM 0.20.0 is outside speculators 0.4.0's range")]
+    assert ca.cells(_rep(e2e=na), "pass")["0.4.0"]["verdict"] == ca.NOT_RUNNABLE
+    ok = [_e2e("tiny-llama", ca.SECOND_CLIENT_CHECK, "pass", "max abs diff 0")]
+    assert ca.cells(_rep(e2e=ok), "pass")["0.4.0"]["verdict"] == ca.WORKS
+
+
+def test_the_committed_matrix_has_every_client_for_every_build():
+    from harness.reporting import matrix
+
+    m = matrix.merge()
+    assert set(m["clients"]) == set(ca.CLIENTS)
+    versions = {c["version"] for c in m["columns"]}
+    assert all(set(row) == versions for row in m["clients"].values())
+    assert "Which speculators works with which vLLM" in matrix.to_markdown(m)
