@@ -49,6 +49,9 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--json", help="JSON report path (default: reports/gate-<from>-to-<to>.json)")
     p.add_argument("--allowlist", help="allow-list TOML (default: fixtures/gate/allowlist.toml)")
     p.add_argument("--speculators", default="0.3.0", help="speculators version whose used surface is read")
+    p.add_argument("--client", metavar="speculators==X.Y.Z",
+                   help="gate speculators' current path instead (vllm serve + native export + hs-connectors, see "
+                        "harness/gate/client.py): e.g. --client speculators==0.9.0")
     p.add_argument("--surface", help="used-surface fixture (default: fixtures/surfaces/speculators-<version>.json)")
     p.add_argument("--regenerate-surface", action="store_true",
                    help="rewrite the used-surface fixture from the installed speculators first")
@@ -92,6 +95,8 @@ def run(args) -> int:
     except InputRefused as exc:
         print(f"harness gate: {exc}", file=sys.stderr)
         return 2
+    if args.client:
+        return _run_client(args, old_spec, new_spec)
     old, new = old_spec.label, new_spec.label
     meta: dict = {"speculators": args.speculators}
     if getattr(args, "from_reason", None):
@@ -140,6 +145,26 @@ def run(args) -> int:
     return gate.exit_code
 
 
+def _run_client(args, old_spec, new_spec) -> int:
+    from harness.gate import artifacts, client, sources
+
+    try:
+        got = [artifacts.fetch(spec, args.cache_dir) for spec in (new_spec, old_spec)][::-1]
+        old, new = _side_label(got[0], old_spec.label), _side_label(got[1], new_spec.label)
+        rep = client.report(args.client_version, old, new, client.check(args.client_version, got[0].root, got[1].root))
+    except (sources.SourceError, OSError, ValueError, SyntaxError) as exc:
+        print(f"harness gate: {exc}", file=sys.stderr)
+        return 2
+    rep["sources"] = {side: _provenance(s) for side, s in zip(("from", "to"), got)}
+    text = client.markdown(rep)
+    print(text)
+    if args.summary:
+        write_atomic(Path(args.summary), text)
+    write_atomic(Path(args.json) if args.json else REPORTS / f"gate-client{args.client_version}-{old}-to-{new}.json",
+                 json.dumps(rep, indent=2) + "\n")
+    return 0 if rep["verdict"] == client.SAFE else 1
+
+
 class InputRefused(ValueError):
     """Bad input to the gate: one line, exit 2, nothing downloaded, no report written."""
 
@@ -152,6 +177,13 @@ def _checked_input(args) -> tuple:
 
     from harness.gate import artifacts, sources
 
+    if getattr(args, "client", None):
+        from harness.gate.client import ClientUnknown, parse_client
+
+        try:
+            args.client_version = parse_client(args.client)
+        except ClientUnknown as exc:
+            raise InputRefused(str(exc)) from None
     if args.from_version is None:
         from harness.gate.baseline import last_known_good
 

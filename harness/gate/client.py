@@ -1,0 +1,267 @@
+"""`python -m harness gate --client speculators==0.9.0 --to BUILD [--from BUILD]`: can speculators' current path
+(vllm serve with the native export, its connectors from hs-connectors) move to another vLLM?
+
+Static, like the first client's gate: both sides' sources are read (the same cache and artifact forms as --to
+takes), never imported. What the path needs of vLLM:
+- **the server's export**: the speculative method `extract_hidden_states`, the `ExampleHiddenStatesConnector`
+  registered with the connector factory, and `kv_connector_module_path` (how hs-connectors' connectors load);
+- **hs-connectors' imports**: every vLLM name its released source imports (fixtures/surfaces/hs-connectors-*.json,
+  derived from its wheel by AST) exists where it imports it from;
+- **its subclasses**: a private method an hs-connectors class overrides (the FP8 connector's `_write_tensors`)
+  exists in the vLLM base with the same parameters, and every abstract method of a vLLM base is implemented.
+Each need is a finding per side; the verdict is about the candidate: SAFE when every need holds there, BROKEN
+when one does not (a need that held on --from is a regression, one that did not is still missing). Exit 0 / 1;
+2 when it cannot decide (no surface recorded for that client, unreadable sources).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.native.connectors_surface import fixture_path as connectors_fixture
+
+#: speculators release -> the hs-connectors release whose used surface it brings (None: its connectors are
+#: vLLM's own). Only releases whose surface is recorded can be gated.
+CONNECTORS_OF = {"0.9.0": "0.9.0"}
+SAFE, BROKEN = "SAFE", "BROKEN"
+
+
+class ClientUnknown(ValueError):
+    """--client names a release the gate has no recorded surface for."""
+
+
+@dataclass
+class Need:
+    id: str
+    what: str
+    old: tuple[bool, str] | None = None
+    new: tuple[bool, str] | None = None
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "what": self.what, "from": _side(self.old), "to": _side(self.new),
+                "status": self.status}
+
+    @property
+    def status(self) -> str:
+        if self.new[0]:
+            return "holds"
+        return "regression" if self.old and self.old[0] else "missing on both"
+
+
+def _side(x):
+    return None if x is None else {"holds": x[0], "evidence": x[1]}
+
+
+def parse_client(text: str) -> str:
+    m = re.fullmatch(r"speculators==(\d+\.\d+\.\d+)", text or "")
+    if not m:
+        raise ClientUnknown(f"--client {text!r}: expected speculators==X.Y.Z")
+    version = m.group(1)
+    if version not in CONNECTORS_OF:
+        raise ClientUnknown(f"--client {text}: no used surface recorded for speculators {version}'s client "
+                            f"(have: {', '.join(sorted(CONNECTORS_OF))})")
+    return version
+
+
+# --- reading a vLLM source tree -----------------------------------------------------------------------------
+
+def _module_file(root: Path, module: str) -> Path | None:
+    base = root.joinpath(*module.split("."))
+    for p in (base.with_suffix(".py"), base / "__init__.py"):
+        if p.is_file():
+            return p
+    return None
+
+
+def _rel(root: Path, path: Path, line: int | None = None) -> str:
+    return f"{path.relative_to(root).as_posix()}" + (f":{line}" if line else "")
+
+
+def _defines(tree: ast.Module, name: str) -> int | None:
+    """The line where a module binds `name` at top level (def, class, assignment, import), or None."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return node.lineno
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return node.lineno
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any((a.asname or a.name.split(".")[0]) == name for a in node.names):
+                return node.lineno
+        if isinstance(node, ast.If):  # TYPE_CHECKING / version branches
+            inner = _defines(ast.Module(body=node.body + node.orelse, type_ignores=[]), name)
+            if inner:
+                return inner
+    return None
+
+
+class Tree:
+    """One vLLM source tree, its modules parsed on demand."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self._parsed: dict[str, tuple[Path, ast.Module] | None] = {}
+
+    def module(self, name: str):
+        if name not in self._parsed:
+            path = _module_file(self.root, name)
+            self._parsed[name] = (path, ast.parse(path.read_text())) if path else None
+        return self._parsed[name]
+
+    def has_name(self, module: str, name: str) -> tuple[bool, str]:
+        got = self.module(module)
+        if got is None:
+            return False, f"no module {module}"
+        path, tree = got
+        line = _defines(tree, name)
+        if line:
+            return True, _rel(self.root, path, line)
+        if _module_file(self.root, f"{module}.{name}"):  # `from pkg import submodule`
+            return True, _rel(self.root, _module_file(self.root, f"{module}.{name}"))
+        return False, f"{module} ({_rel(self.root, path)}) does not define {name}"
+
+    def klass(self, module: str, name: str):
+        got = self.module(module)
+        if got is None:
+            return None, None
+        path, tree = got
+        cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+        return path, cls
+
+    def text_has(self, module: str, pattern: str) -> tuple[bool, str]:
+        got = self.module(module)
+        if got is None:
+            return False, f"no module {module}"
+        path, _ = got
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(pattern, line):
+                return True, _rel(self.root, path, i)
+        return False, f"{_rel(self.root, path)} has no {pattern!r}"
+
+
+# --- what the client's path needs --------------------------------------------------------------------------
+
+def _server_needs() -> list[tuple[str, str, callable]]:
+    return [
+        ("serve-method", "SpeculativeConfig accepts method 'extract_hidden_states'",
+         lambda t: t.text_has("vllm.config.speculative", r"[\"']extract_hidden_states[\"']")),
+        ("serve-connector", "the connector factory registers ExampleHiddenStatesConnector",
+         lambda t: t.text_has("vllm.distributed.kv_transfer.kv_connector.factory", r"[\"']ExampleHiddenStatesConnector[\"']")),
+        ("serve-module-path", "KVTransferConfig has kv_connector_module_path (how hs-connectors' connectors load)",
+         lambda t: t.text_has("vllm.config.kv_transfer", r"^\s+kv_connector_module_path\s*:")),
+    ]
+
+
+def _params(fn: ast.FunctionDef) -> list[str]:
+    a = fn.args
+    return [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")]
+
+
+def _is_abstract(fn) -> bool:
+    return any((isinstance(d, ast.Name) and d.id == "abstractmethod") or
+               (isinstance(d, ast.Attribute) and d.attr == "abstractmethod") for d in fn.decorator_list)
+
+
+def _connector_needs(surface: dict) -> list[tuple[str, str, callable]]:
+    needs = []
+    for ref in surface["vllm_imports"]:
+        module, name = ref.split(":")
+        needs.append((f"import {ref}", f"hs-connectors imports {name} from {module}",
+                      lambda t, m=module, n=name: t.has_name(m, n)))
+    for mod_name, mod in surface["modules"].items():
+        imports = mod["imports"]
+        for cls_name, cls in mod.get("classes", {}).items():
+            for base in cls["bases"]:
+                head, _, attr = base.partition(".")
+                ref = imports.get(head)
+                if ref is None:
+                    continue
+                module, name = ref.split(":")
+                if attr:  # `_mod.Class` where `_mod` is an imported vLLM module
+                    module, name = f"{module}.{name}", attr
+                ours = set(cls["methods"])
+                needs.append((f"subclass {cls_name}({name})",
+                              f"{mod_name}.{cls_name}: its private overrides exist in {name} with the same "
+                              f"parameters, and it implements {name}'s abstract methods",
+                              lambda t, other=None, cand=True, m=module, n=name, o=ours:
+                              _subclass_holds(t, m, n, o, other, cand)))
+    return needs
+
+
+def _methods(tree: Tree | None, module: str, name: str):
+    if tree is None:
+        return None, None
+    path, cls = tree.klass(module, name)
+    if cls is None:
+        return None, None
+    return path, cls, {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _subclass_holds(tree: Tree, module: str, name: str, ours: set[str], other: Tree | None = None,
+                    candidate: bool = True) -> tuple[bool, str]:
+    """`tree`'s base class against the subclass: a private method of the subclass is an override where the base
+    defines it on either side read (`other`: the gate's other tree); on the candidate side the base must define it
+    with the parameters it has on the other side. The base's abstract methods must all be implemented."""
+    got = _methods(tree, module, name)
+    if got[0] is None:
+        return False, f"no class {name} in {module}"
+    path, cls, theirs = got
+    other_methods = (_methods(other, module, name) + (None,))[2] or {}
+    private = sorted(m for m in ours if m.startswith("_") and not m.startswith("__"))
+    overrides = [m for m in private if m in theirs or m in other_methods]
+    where = _rel(tree.root, path, cls.lineno)
+    gone = [m for m in overrides if m not in theirs]
+    if gone:
+        return False, f"{name} ({where}) defines no {', '.join(gone)}, which the subclass overrides"
+    changed = [m for m in overrides if candidate and m in other_methods and _params(other_methods[m]) != _params(theirs[m])]
+    if changed:
+        return False, (f"{name}.{changed[0]} ({where}) takes ({', '.join(_params(theirs[changed[0]]))}) here, "
+                       f"({', '.join(_params(other_methods[changed[0]]))}) on the other side")
+    abstract = sorted(m for m, fn in theirs.items() if _is_abstract(fn) and m not in ours)
+    if abstract:
+        return False, f"{name} ({where}) has abstract {', '.join(abstract)}, which the subclass does not implement"
+    sigs = [f"overrides {m}({', '.join(_params(theirs[m]))})" for m in overrides]
+    return True, where + (f"; {'; '.join(sigs)}" if sigs else "")
+
+
+def needs_of(version: str) -> list[tuple[str, str, callable]]:
+    surface = json.loads(connectors_fixture(CONNECTORS_OF[version]).read_text())
+    return _server_needs() + _connector_needs(surface)
+
+
+def check(version: str, old_root: Path | None, new_root: Path) -> list[Need]:
+    out = []
+    old_tree, new_tree = (Tree(old_root) if old_root else None), Tree(new_root)
+    for nid, what, fn in needs_of(version):
+        two = nid.startswith("subclass ")  # an override is one where either side's base defines the method
+        old = (fn(old_tree, new_tree, False) if two else fn(old_tree)) if old_tree else None
+        out.append(Need(nid, what, old, fn(new_tree, old_tree) if two else fn(new_tree)))
+    return out
+
+
+def report(version: str, old: str, new: str, needs: list[Need]) -> dict:
+    failing = [n for n in needs if not n.new[0]]
+    return {"schema": "harness-gate-client/1", "client": f"speculators {version}",
+            "connectors": f"hs-connectors {CONNECTORS_OF[version]}", "from": old, "to": new,
+            "verdict": BROKEN if failing else SAFE, "needs": [n.to_json() for n in needs],
+            "regressions": [n.id for n in failing if n.status == "regression"],
+            "missing_on_both": [n.id for n in failing if n.status == "missing on both"]}
+
+
+def markdown(rep: dict) -> str:
+    lines = [f"# gate: {rep['client']} ({rep['connectors']}) on vLLM {rep['from']} -> {rep['to']}: **{rep['verdict']}**",
+             "", "| need | on " + rep["from"] + " | on " + rep["to"] + " | evidence (candidate) |", "|---|---|---|---|"]
+    for n in rep["needs"]:
+        mark = {True: "holds", False: "**fails**", None: "—"}
+        lines.append(f"| {n['id']} | {mark[n['from']['holds'] if n['from'] else None]} | {mark[n['to']['holds']]} | "
+                     f"{n['to']['evidence']} |")
+    if rep["regressions"]:
+        lines += ["", "Broken by the move: " + ", ".join(rep["regressions"])]
+    if rep["missing_on_both"]:
+        lines += ["", "Missing on both sides: " + ", ".join(rep["missing_on_both"])]
+    return "\n".join(lines) + "\n"
