@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import threading
 import time
 import warnings
 import weakref
@@ -58,6 +59,8 @@ class ShimState:
     rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S
     #: zmq contexts created while the executor was built (see `zmq_contexts`), destroyed at shutdown.
     zmq_contexts: weakref.WeakSet = field(default_factory=weakref.WeakSet)
+    #: vLLM's worker-monitor threads of those executors, joined before the contexts are destroyed.
+    monitors: list = field(default_factory=list)
     #: Objects one contract's shims share across attach points, by contract id (e.g. C-chunkedprefill's guard).
     per_contract: dict = field(default_factory=dict)
 
@@ -183,6 +186,7 @@ def _shutdown_all(state: ShimState) -> None:
             ex.shutdown()
         except Exception:  # noqa: BLE001 - best effort at exit; the next one must still run
             pass
+    zmq_contexts.join(state.monitors)  # none may still be closing its sockets when the contexts go
     zmq_contexts.destroy(state.zmq_contexts)  # after a failed start too: they must never reach the collector
 
 
@@ -256,15 +260,18 @@ class HarnessGenerator:
         atexit.register(self._finalizer)
         cls = generator_class(self.state, options)
         started = time.perf_counter()
+        threads_before = set(threading.enumerate())
         try:
             with zmq_contexts.track(self.state.zmq_contexts):
                 self.spec = cls(str(model_path), layer_ids, max_model_len, gpu_memory_utilization,
                                 tensor_parallel_size)
         except BaseException:
+            self.state.monitors = zmq_contexts.new_monitors(threads_before)
             self.close()
             raise
         finally:
             START_SECONDS.append(time.perf_counter() - started)
+        self.state.monitors = zmq_contexts.new_monitors(threads_before)
         self.layer_ids = list(self.spec.layer_ids)
         self.max_model_len = int(self.spec.vllm_config.model_config.max_model_len)
         self.copy_out = transport.CopyOut(workers=tensor_parallel_size)  # speculators' per-prompt copies

@@ -40,6 +40,32 @@ def track(into: weakref.WeakSet):
         zmq.Context.__init__ = real_init
 
 
+#: The thread vLLM's MultiprocExecutor starts to watch its workers; when one dies it shuts the executor down from
+#: there, closing the message queues' sockets (vLLM 0.32's `_close_zmq`).
+MONITOR_THREAD = "MultiprocWorkerMonitor"
+
+
+def new_monitors(before: set) -> list:
+    """The worker-monitor threads started since `before` (a `set(threading.enumerate())`): this executor's."""
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == MONITOR_THREAD and t not in before]
+
+
+def join(monitors, timeout_s: float = 20.0) -> None:
+    """Wait for these monitor threads to finish (their executor is shut down, so their workers are gone and they
+    return). Destroying the contexts while one of them is still closing its sockets aborts the process inside
+    libzmq (seen on vLLM 0.32 after a worker was killed mid-generate: "Fatal Python error: Aborted" in
+    `_close_zmq`, called from the monitor thread)."""
+    import threading
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    for t in monitors:
+        if t is not threading.current_thread():
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
 def destroy(contexts) -> int:
     """Close every socket of these contexts (LINGER 0) and terminate them; returns how many were open.
     Call it only once the executor that used them is shut down: no thread may still poll their sockets."""
