@@ -26,8 +26,9 @@ CLIENTS = {
 SECOND_CLIENT_CHECK = "speculators 0.4.0 (second client) agrees"
 
 
-def _cell(verdict: str, why: str = "", shims: list[str] | None = None) -> dict:
-    return {"verdict": verdict, "why": why, "shims": shims or []}
+def _cell(verdict: str, why: str = "", shims: list[str] | None = None, complete: bool = True) -> dict:
+    """`complete`: False where the run behind the verdict did not observe everything (its cell says so)."""
+    return {"verdict": verdict, "why": why, "shims": shims or [], "complete": complete}
 
 
 def _first_client(rep: dict, status: str) -> dict:
@@ -43,7 +44,7 @@ def _first_client(rep: dict, status: str) -> dict:
         why += f"; vLLM's own numbers are wrong for {', '.join(broken_e2e)} (expected broken)"
     if status != "pass":
         why += f" [run {status}]"
-    return _cell(SHIMMED if shims else WORKS, why, shims)
+    return _cell(SHIMMED if shims else WORKS, why, shims, complete=status == "pass")
 
 
 def _second_client(rep: dict) -> dict:
@@ -94,6 +95,15 @@ def to_markdown(m: dict) -> list[str]:
 
 
 def _short(cell: dict) -> str:
+    return _verdict_text(cell) + ("" if cell.get("complete", True) else " (incomplete)")
+
+
+def label(cell: dict) -> str:
+    """The verdict as a page shows it: never without saying that its run was incomplete."""
+    return cell["verdict"] + ("" if cell.get("complete", True) else " (run incomplete)")
+
+
+def _verdict_text(cell: dict) -> str:
     v = cell["verdict"]
     if v == SHIMMED:
         shims = cell["shims"]

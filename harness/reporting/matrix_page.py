@@ -50,7 +50,7 @@ CLIENT_COLORS = {"works natively": "#d7f5dd", "works with our shims": "#fff3c4",
 
 def _clients_table(m: dict) -> list[str]:
     """Which speculators release works with which vLLM build: a verdict per cell, its reason one click away."""
-    from harness.reporting.client_axis import CLIENTS
+    from harness.reporting.client_axis import CLIENTS, label
 
     if not m.get("clients"):
         return []
@@ -63,7 +63,7 @@ def _clients_table(m: dict) -> list[str]:
         for c in m["columns"]:
             cell = m["clients"][ver][c["version"]]
             out.append(f"<td id='client{esc(ver)}@{esc(c['version'])}' style='background:"
-                       f"{CLIENT_COLORS[cell['verdict']]}'><details><summary>{esc(cell['verdict'])}</summary>"
+                       f"{CLIENT_COLORS[cell['verdict']]}'><details><summary>{esc(label(cell))}</summary>"
                        f"<div class='evidence'>{esc(cell['why'])}</div></details></td>")
         out.append("</tr>")
     out.append("</table>")

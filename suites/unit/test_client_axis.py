@@ -24,7 +24,9 @@ def test_first_client_names_its_shims_and_never_counts_the_native_rows():
     assert cell["verdict"] == ca.SHIMMED and cell["shims"] == ["embed", "sched"]
     assert ca.cells(_rep([("import", "native")]), "pass")["0.3.0"]["verdict"] == ca.WORKS
     assert ca.cells(rep, "fail")["0.3.0"]["verdict"] == ca.BROKEN
-    assert "[run incomplete]" in ca.cells(rep, "incomplete")["0.3.0"]["why"]
+    partial = ca.cells(rep, "incomplete")["0.3.0"]
+    assert "[run incomplete]" in partial["why"] and not partial["complete"]
+    assert ca._short(partial).endswith("(incomplete)") and ca.label(partial).endswith("(run incomplete)")
 
 
 def test_native_client_verdicts():
@@ -35,7 +37,7 @@ def test_native_client_verdicts():
     gpu = [_e2e(client_row("tiny-llama"), AGREES, "pass", "agrees (…; vLLM's own connector)")]
     assert ca.cells(_rep(e2e=gpu), "pass")["0.9.0"]["verdict"] == ca.WORKS
     dead = [_e2e(client_row("tiny-llama"), AGREES, "fail", "the server path fails: vllm serve exited")]
-    assert ca.cells(_rep(e2e=dead), "pass")["0.9.0"] == {"verdict": ca.BROKEN, "shims": [],
+    assert ca.cells(_rep(e2e=dead), "pass")["0.9.0"] == {"verdict": ca.BROKEN, "shims": [], "complete": True,
                                                          "why": "tiny-llama: the server path fails: vllm serve exited"}
     none = [_e2e(client_row("tiny-llama"), AGREES, "n/a", "no native hidden-state export in this vLLM")]
     assert ca.cells(_rep(e2e=none), "pass")["0.9.0"]["verdict"] == ca.NOT_RUNNABLE
