@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -108,7 +109,8 @@ def weights_spec(fixture: dict) -> dict:
     spec = dict(fixture.get("weights_from") or {})
     cfg = fixture["hf_config"]
     sub = cfg[spec["config_key"]] if spec.get("config_key") else cfg
-    return {"config": sub, "model_type": spec.get("model_type") or sub["model_type"], "prefix": spec.get("prefix", "")}
+    return {"config": sub, "model_type": spec.get("model_type") or sub["model_type"], "prefix": spec.get("prefix", ""),
+            "config_key": spec.get("config_key")}
 
 
 def _kind(name: str, shape: tuple[int, ...], embeddings: set[str]) -> str:
@@ -225,12 +227,12 @@ def fixture_files(fixture: dict) -> list[Path]:
     return sorted(p for p in (MODELS_FIXTURES / folder).iterdir() if p.is_file()) if folder else []
 
 
-def _build_into(dest: Path, fixture: dict) -> str:
+def _build_into(dest: Path, fixture: dict, layout: list) -> str:
     import torch
     from safetensors.torch import save_file
 
     cfg = copy.deepcopy(fixture["hf_config"])
-    tensors = _draw_all(weight_layout(fixture), fixture["seed"], fixture.get("store_dtype"))
+    tensors = _draw_all(layout, fixture["seed"], fixture.get("store_dtype"))
     save_file(tensors, str(dest / "model.safetensors"), metadata={"format": "pt"})
     (dest / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     text = cfg.get("text_config", cfg)
@@ -252,14 +254,6 @@ def _build_into(dest: Path, fixture: dict) -> str:
 VERIFY_LOAD_MAX_PARAMS = 50_000_000
 
 
-def parameter_count(fixture: dict | str) -> int:
-    """The checkpoint's parameter count (a fixture, or the name of one in fixtures/models/)."""
-    import math
-
-    fixture = load_fixture(fixture) if isinstance(fixture, str) else fixture
-    return sum(math.prod(shape) for _, shape, _ in weight_layout(fixture))
-
-
 def build(name: str, root: Path | None = None, fixture: dict | None = None) -> TinyModel:
     """Return the tiny checkpoint `name`, generating it on first use (atomic, cached).
 
@@ -273,13 +267,12 @@ def build(name: str, root: Path | None = None, fixture: dict | None = None) -> T
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
         try:
-            fp = _build_into(tmp, fixture)
-            spec = weights_spec(fixture)
-            meta = {"fixture": name, "fingerprint": fp, "generator": GENERATOR_VERSION,
-                    "weights": {"model_type": spec["model_type"], "prefix": spec["prefix"],
-                                "config_key": (fixture.get("weights_from") or {}).get("config_key")}}
+            layout = weight_layout(fixture)
+            fp = _build_into(tmp, fixture, layout)
+            weights = {k: v for k, v in weights_spec(fixture).items() if k != "config"}
+            meta = {"fixture": name, "fingerprint": fp, "generator": GENERATOR_VERSION, "weights": weights}
             (tmp / "harness-model.json").write_text(json.dumps(meta, indent=2) + "\n")
-            if parameter_count(fixture) <= VERIFY_LOAD_MAX_PARAMS:
+            if sum(math.prod(shape) for _, shape, _ in layout) <= VERIFY_LOAD_MAX_PARAMS:
                 from harness import reference
 
                 reference.check_loads(tmp)  # refuses a checkpoint transformers would load with missing keys

@@ -10,14 +10,13 @@ from pathlib import Path
 
 from harness.envs.tox_envs import versions
 from harness.paths import REPORTS
+from harness.reporting import client_axis
 from harness.reporting.report import PROOF_NEEDED, PROOF_NOT_RUN, judge, read
 
 SCHEMA = "harness-matrix/1"
 
 
 def merge(report_dir: Path = REPORTS) -> dict:
-    from harness.reporting import client_axis
-
     vs = versions()
     columns, rows, clients = [], {}, {v: {} for v in client_axis.CLIENTS}
     for ver, meta in vs.items():
@@ -122,12 +121,6 @@ def bench_cell(b: dict | None) -> str:
     return f"{b['ratio']:.2f} (single, unpaired)"
 
 
-def client_axis_lines(m: dict) -> list[str]:
-    from harness.reporting import client_axis
-
-    return client_axis.to_markdown(m) if m.get("clients") else []
-
-
 def to_markdown(m: dict) -> str:
     cols = m["columns"]
     head = "| contract | " + " | ".join(c["version"] for c in cols) + " |"
@@ -136,7 +129,7 @@ def to_markdown(m: dict) -> str:
              "**broken** (no shim restores it), n/a, or not runnable here. Observed on each real vLLM CPU build.",
              "Rows `native*` are vLLM's own hidden-state export (0.17+), not speculators' calls: **native** = it holds "
              "(`native[model]`: runs here and agrees with ours), **broken** = it does not hold here (the cell says why).", "",
-             *client_axis_lines(m), "", "## Contract rows (speculators 0.3.0) and end-to-end checks", "",
+             *(client_axis.to_markdown(m) if m.get("clients") else []), "", "## Contract rows (speculators 0.3.0) and end-to-end checks", "",
              head, "|---|" + "---|" * len(cols)]
     for key, cells in m["rows"].items():
         lines.append(f"| {key} | " + " | ".join(short_cell(cells[c["version"]]) for c in cols) + " |")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import threading
 import time
 import warnings
 import weakref
@@ -260,18 +259,15 @@ class HarnessGenerator:
         atexit.register(self._finalizer)
         cls = generator_class(self.state, options)
         started = time.perf_counter()
-        threads_before = set(threading.enumerate())
         try:
-            with zmq_contexts.track(self.state.zmq_contexts):
+            with zmq_contexts.track(self.state.zmq_contexts, self.state.monitors):
                 self.spec = cls(str(model_path), layer_ids, max_model_len, gpu_memory_utilization,
                                 tensor_parallel_size)
         except BaseException:
-            self.state.monitors = zmq_contexts.new_monitors(threads_before)
             self.close()
             raise
         finally:
             START_SECONDS.append(time.perf_counter() - started)
-        self.state.monitors = zmq_contexts.new_monitors(threads_before)
         self.layer_ids = list(self.spec.layer_ids)
         self.max_model_len = int(self.spec.vllm_config.model_config.max_model_len)
         self.copy_out = transport.CopyOut(workers=tensor_parallel_size)  # speculators' per-prompt copies

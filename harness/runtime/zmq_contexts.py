@@ -20,8 +20,12 @@ import weakref
 
 
 @contextlib.contextmanager
-def track(into: weakref.WeakSet):
-    """Record in `into` every zmq context created inside the block (by any thread of this process)."""
+def track(into: weakref.WeakSet, monitors: list | None = None):
+    """Record in `into` every zmq context created inside the block (by any thread of this process), and in
+    `monitors` the worker-monitor threads started inside it (see `join`), also when the block fails."""
+    import threading
+
+    threads_before = set(threading.enumerate())
     try:
         import zmq
     except ImportError:  # no zmq, no vLLM executor: nothing to track
@@ -38,6 +42,8 @@ def track(into: weakref.WeakSet):
         yield into
     finally:
         zmq.Context.__init__ = real_init
+        if monitors is not None:
+            monitors.extend(new_monitors(threads_before))
 
 
 #: The thread vLLM's MultiprocExecutor starts to watch its workers; when one dies it shuts the executor down from
