@@ -167,7 +167,7 @@ def _is_abstract(fn) -> bool:
                (isinstance(d, ast.Attribute) and d.attr == "abstractmethod") for d in fn.decorator_list)
 
 
-def _connector_needs(surface: dict) -> list[tuple[str, str, callable]]:
+def connector_needs(surface: dict) -> list[tuple[str, str, callable]]:
     needs = []
     for ref in surface["vllm_imports"]:
         module, name = ref.split(":")
@@ -231,7 +231,7 @@ def _subclass_holds(tree: Tree, module: str, name: str, ours: set[str], other: T
 
 def needs_of(version: str) -> list[tuple[str, str, callable]]:
     surface = json.loads(connectors_fixture(CONNECTORS_OF[version]).read_text())
-    return _server_needs() + _connector_needs(surface)
+    return _server_needs() + connector_needs(surface)
 
 
 def check(version: str, old_root: Path | None, new_root: Path) -> list[Need]:

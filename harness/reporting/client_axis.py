@@ -13,15 +13,22 @@ The per-contract rows behind a verdict are the matrix's own rows for that build.
 
 from __future__ import annotations
 
-from harness.native.client_axis import CLIENT, client_row
+from harness.native.client_axis import CLIENTS as SERVER_CLIENTS, client_row
 
 WORKS, SHIMMED, BROKEN, NOT_RUNNABLE, NOT_OBSERVED = (
     "works natively", "works with our shims", "broken", "not runnable here", "not observed")
 #: The clients, in release order, with what the harness drives of each.
+#: What each server-path release's client does differently (harness.native.client.ClientApi reads it from the code).
+SERVER_CLIENT_HOW = {
+    "0.5.0": "its vllm_client: token ids in, the file path out, no lock protocol",
+    "0.6.0": "its vllm_client: an item in, waits on the writer's .lock (0.7.0 differs only in chat requests)",
+    "0.8.0": "its vllm_client: also takes kv_transfer_params['handle']; its connectors from hs-connectors",
+    "0.9.0": "its vllm_client: returns the handle with kv_transfer_params",
+}
 CLIENTS = {
     "0.3.0": "in-process generator (vllm_hidden_states_generator), through the harness's shims",
     "0.4.0": "in-process generator as shipped (its own ports of the fixes), tiny Llama",
-    CLIENT: "vllm serve with vLLM's native export, driven by its vllm_client",
+    **{v: "vllm serve with vLLM's native export, " + SERVER_CLIENT_HOW.get(v, "its vllm_client") for v in SERVER_CLIENTS},
 }
 SECOND_CLIENT_CHECK = "speculators 0.4.0 (second client) agrees"
 
@@ -57,8 +64,8 @@ def _second_client(rep: dict) -> dict:
     return _cell(WORKS if e["result"] == "pass" else BROKEN, e["measured"])
 
 
-def _native_client(rep: dict) -> dict:
-    seen = [e for e in rep.get("e2e", []) if e["model"].startswith(client_row("")) and "agrees" in e["check"]]
+def _native_client(rep: dict, version: str) -> dict:
+    seen = [e for e in rep.get("e2e", []) if e["model"].startswith(client_row("", version)) and "agrees" in e["check"]]
     if not seen:
         return _cell(NOT_OBSERVED, "the report predates this client's rows")
     if all(e["result"] == "n/a" for e in seen):
@@ -74,7 +81,8 @@ def _native_client(rep: dict) -> dict:
 
 def cells(rep: dict, status: str) -> dict[str, dict]:
     """One env report's verdict for every client (keyed by speculators version)."""
-    return {"0.3.0": _first_client(rep, status), "0.4.0": _second_client(rep), CLIENT: _native_client(rep)}
+    return {"0.3.0": _first_client(rep, status), "0.4.0": _second_client(rep),
+            **{v: _native_client(rep, v) for v in SERVER_CLIENTS}}
 
 
 def not_runnable(reason: str) -> dict[str, dict]:

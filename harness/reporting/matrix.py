@@ -11,7 +11,7 @@ from pathlib import Path
 from harness.envs.tox_envs import versions
 from harness.paths import REPORTS
 from harness.reporting import client_axis
-from harness.reporting.report import PROOF_NEEDED, PROOF_NOT_RUN, judge, read
+from harness.reporting.report import PROOF_NEEDED, PROOF_NOT_RUN, SUBSET, judge, read
 
 SCHEMA = "harness-matrix/1"
 
@@ -38,17 +38,23 @@ def merge(report_dir: Path = REPORTS) -> dict:
             # greener rule does not keep its old verdict.
             status, gaps = judge(rep)
             status, gaps = _predates(rep, status, gaps)
+            supplement = _supplement(rep, Path(report_dir) / f"{meta['env']}.incomplete.json")
+            if supplement and supplement["status"] != "pass" and status != "fail":
+                status = supplement["status"]
+                gaps = gaps + [dict(g, what="subset run: " + g["what"]) for g in supplement["gaps"]]
             for v, cell in client_axis.cells(rep, status).items():
                 clients[v][ver] = cell
             col.update(status=status, incomplete=gaps, installed=rep["versions"], generated_at=rep["generated_at"],
                        wall_s=rep["tests"].get("wall_s"), tiers=rep["tiers"], tests=rep["tests"],
                        notes=rep.get("notes", []), benchmark=rep.get("benchmark"),
-                       stale=rep.get("stale_expectations", []), mismatched=rep.get("mismatched", []))
+                       stale=rep.get("stale_expectations", []), mismatched=rep.get("mismatched", []),
+                       supplement=supplement)
             for c in rep["contracts"]:
                 rows.setdefault(c["contract"], {})[ver] = {
                     "outcome": c["outcome"], "expected": c.get("expected"), "shim": c.get("shim"),
                     "reason": c.get("reason"), "error": (c.get("unshimmed") or {}).get("error"),
-                    "proof": c.get("proof") or {"result": PROOF_NOT_RUN, "evidence": "the report records no proof"}}
+                    "proof": c.get("proof") or {"result": PROOF_NOT_RUN, "evidence": "the report records no proof"},
+                    **({"run": c["run"]} if c.get("run") else {})}
             by_model: dict[str, list] = {}
             for e in rep.get("e2e", []):
                 if not e["model"].startswith("native:"):  # the native cross-check has its own row, native[<model>]
@@ -61,7 +67,8 @@ def merge(report_dir: Path = REPORTS) -> dict:
                            else "broken" if status in ("pass", "incomplete") else "fail")
                 rows.setdefault(f"e2e[{model}]", {})[ver] = {
                     "outcome": outcome, "expected": "broken" if outcome == "broken" else None, "shim": None,
-                    "reason": "; ".join(f"{e['check']}: {e['measured']}" for e in checks), "error": None}
+                    "reason": "; ".join(f"{e['check']}: {e['measured']}" for e in checks), "error": None,
+                    **({"run": checks[0]["run"]} if checks[0].get("run") else {})}
         columns.append(col)
     for key, cells in rows.items():
         for col in columns:
@@ -73,6 +80,34 @@ def merge(report_dir: Path = REPORTS) -> dict:
             # The envs' own session times (tests; benchmark where it recorded its time): what the matrix costs
             # run one env after another on the machine that wrote the reports.
             "wall_s_total": round(sum(walls), 1) if walls else None}
+
+
+def _supplement(rep: dict, path: Path) -> dict | None:
+    """A deliberate subset run of the same build, newer than its complete report (`harness run --suite X` after
+    that suite gained rows; it is written to <env>.incomplete.json beside the complete report): the rows it
+    observed that the complete report lacks are added to `rep`, each marked with its run; a failing subset fails
+    the column. A row the complete report observed is never replaced, and an interrupted or stopped subset, one of
+    another vLLM, or one older than the complete report adds nothing."""
+    if not path.is_file():
+        return None
+    sub = read(path)
+    sel = sub.get("selection") or {}
+    if (sub.get("interrupted") or sel.get("stopped_early") or sub["versions"].get("vllm") != rep["versions"].get("vllm")
+            or sub["generated_at"] <= rep["generated_at"]):
+        return None
+    status, gaps = judge(sub)
+    gaps = [g for g in gaps if g["kind"] != SUBSET]  # left out on purpose: that is what a subset is
+    run = f"subset run {sub['generated_at']}"
+    have = {c["contract"] for c in rep["contracts"]}
+    added = [dict(c, run=run) for c in sub["contracts"] if c["contract"] not in have]
+    models = {e["model"] for e in rep.get("e2e", [])}
+    added_e2e = [dict(e, run=run) for e in sub.get("e2e", []) if e["model"] not in models]
+    rep["contracts"] = rep["contracts"] + added
+    rep["e2e"] = rep.get("e2e", []) + added_e2e
+    return {"generated_at": sub["generated_at"], "status": "fail" if status == "fail" else "incomplete" if gaps else "pass",
+            "gaps": gaps,
+            "selected": sel.get("subset", []), "tests": sub.get("tests", {}),
+            "rows_added": sorted({c["contract"] for c in added} | {f"e2e[{e['model']}]" for e in added_e2e})}
 
 
 def _predates(rep: dict, status: str, gaps: list) -> tuple[str, list]:
