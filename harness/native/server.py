@@ -215,6 +215,22 @@ class VllmServer:
             raise ServerDied(f"vllm serve (pid {self.proc.pid}) died during {during}: {_exit_text(code)}; "
                              f"{self._said()}")
 
+    def healthy(self, wait_s: float = 10.0) -> bool:
+        """Whether the server still answers /health (within `wait_s`): after a failed request, a server whose engine
+        died may take a moment to exit, or keep its API process up without an engine."""
+        deadline = time.monotonic() + wait_s
+        while self.proc.poll() is None:
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return True
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        return False
+
     def root_cause(self) -> str:
         """vLLM's own error in the server's log (the API server answers a dead engine with a bare 500)."""
         return self._said()

@@ -173,7 +173,7 @@ def run(name: str, *, clients: tuple[str, ...] = CLIENTS, dtype: str = "float32"
                     got[version] = extract(server, prompts, version=version)
                 except ServerError as e:
                     got[version] = e
-                    if server.proc.poll() is not None:  # the server died under this client: the others cannot run
+                    if not server.healthy():  # the server died under this client: the others cannot run
                         raise
         return got
 

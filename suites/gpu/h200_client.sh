@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# speculators >= 0.5's path on the H200: its own client (vllm_client.py from the speculators 0.9.0 wheel) against
-# `vllm serve` with the native export, compared with ours on the same prompts (harness.native.server_check).
-# After call 1 (see h200_env.sh); carry .gpu-part2, .whl, .srv-wheels (h200_server_env.sh) and .client-wheels (the speculators 0.9.0 wheel: it is
-# not installed, its client module is loaded by path). Reports land in $OUT/gpu, the logs beside them.
+# speculators >= 0.5's path on the H200: each release's own client (vllm_client.py from the speculators 0.5.0, 0.6.0,
+# 0.8.0 and 0.9.0 wheels) against one `vllm serve` with the native export per model, compared with ours on the same
+# prompts (harness.native.server_check). After call 1 (see h200_env.sh); carry .gpu-part2, .whl, .srv-wheels
+# (h200_server_env.sh) and .client-wheels (the speculators wheels: not installed, their client modules are loaded by
+# path). Reports land in $OUT/gpu, the logs beside them.
 set -uo pipefail
 . suites/gpu/h200_env.sh
 . suites/gpu/h200_server_env.sh
@@ -14,7 +15,7 @@ timeout 280 "$PY" -m harness.native.server_check --model tiny-llama --dtype bflo
   --gpu-memory-utilization 0.3 \
   --out "$OUT/gpu" > "$OUT/gpu/client-llama.log" 2>&1 || rc=$?
 grep -vE "^\(|INFO|WARNING|it/s\]|Loading safetensors" "$OUT/gpu/client-llama.log" | tail -20
-timeout 280 "$PY" -m harness.native.server_check --model tiny-kimi-k25 --dtype bfloat16 --attention-backend TRITON_MLA \
+timeout 380 "$PY" -m harness.native.server_check --model tiny-kimi-k25 --dtype bfloat16 --attention-backend TRITON_MLA \
   --gpu-memory-utilization 0.3 --out "$OUT/gpu" > "$OUT/gpu/client-kimi.log" 2>&1 || rc=$((rc ? rc : $?))
 grep -vE "^\(|INFO|WARNING|it/s\]|Loading safetensors" "$OUT/gpu/client-kimi.log" | tail -20
 exit $rc
