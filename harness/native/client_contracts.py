@@ -95,7 +95,7 @@ def observe_model(rep: dict, chunked: NativeProbe | None = None) -> list:
 
 
 def _last_layer(rep: dict):
-    model, n = rep["model"], max(rep["native_ids"]) + (1 if "failure" in rep else 0)
+    model, n = rep["model"], max(rep["native_ids"])  # the ids asked; n, the last layer's output, is the largest
     called = f"vllm serve with eagle_aux_hidden_state_layer_ids ending in {n} (the model's layer count)"
     if "failure" in rep:
         probe = NativeProbe(f"native id {n} exported", called, Attempt.failed("ServerError", rep["failure"]))

@@ -67,6 +67,9 @@ def _second_client(rep: dict) -> dict:
 def _native_client(rep: dict, version: str) -> dict:
     seen = [e for e in rep.get("e2e", []) if e["model"].startswith(client_row("", version)) and "agrees" in e["check"]]
     if not seen:
+        path = next((c for c in rep.get("contracts", []) if c["contract"] == "native-path"), None)
+        if path is not None and path["outcome"] == "n/a":  # observed: this build has no export for any client
+            return _cell(NOT_RUNNABLE, f"native-path: {path.get('reason') or 'no native hidden-state export'}")
         return _cell(NOT_OBSERVED, "the report predates this client's rows")
     if all(e["result"] == "n/a" for e in seen):
         return _cell(NOT_RUNNABLE, seen[0]["measured"])

@@ -10,12 +10,13 @@ set -uo pipefail
 export HARNESS_SPECULATORS_WHEELS="$PWD/.client-wheels" HARNESS_SERVER_LOG_DIR="$OUT/gpu"
 rc=0
 # Both in bf16 (float32 on CUDA runs its matmuls in TF32: two engines differ beyond the float32 bound): tiny Llama on
-# TRITON_ATTN, tiny Kimi-K2.5 on TRITON_MLA (real MLA).
-timeout 280 "$PY" -m harness.native.server_check --model tiny-llama --dtype bfloat16 --attention-backend TRITON_ATTN \
-  --gpu-memory-utilization 0.3 \
-  --out "$OUT/gpu" > "$OUT/gpu/client-llama.log" 2>&1 || rc=$?
-grep -vE "^\(|INFO|WARNING|it/s\]|Loading safetensors" "$OUT/gpu/client-llama.log" | tail -20
-timeout 380 "$PY" -m harness.native.server_check --model tiny-kimi-k25 --dtype bfloat16 --attention-backend TRITON_MLA \
-  --gpu-memory-utilization 0.3 --out "$OUT/gpu" > "$OUT/gpu/client-kimi.log" 2>&1 || rc=$((rc ? rc : $?))
-grep -vE "^\(|INFO|WARNING|it/s\]|Loading safetensors" "$OUT/gpu/client-kimi.log" | tail -20
+# TRITON_ATTN, tiny Kimi-K2.5 on TRITON_MLA (real MLA). `h200_client.sh [MODEL...]` runs only those.
+for model in "${@:-tiny-llama tiny-kimi-k25}"; do
+  for m in $model; do
+    case $m in tiny-llama) backend=TRITON_ATTN; limit=280 ;; *) backend=TRITON_MLA; limit=380 ;; esac
+    timeout $limit "$PY" -m harness.native.server_check --model "$m" --dtype bfloat16 --attention-backend $backend \
+      --gpu-memory-utilization 0.3 --out "$OUT/gpu" > "$OUT/gpu/client-$m.log" 2>&1 || rc=$((rc ? rc : $?))
+    grep -vE "^\(|INFO|WARNING|it/s\]|Loading safetensors" "$OUT/gpu/client-$m.log" | tail -20
+  done
+done
 exit $rc

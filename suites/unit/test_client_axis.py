@@ -59,3 +59,12 @@ def test_the_committed_matrix_has_every_client_for_every_build():
     versions = {c["version"] for c in m["columns"]}
     assert all(set(row) == versions for row in m["clients"].values())
     assert "Which speculators works with which vLLM" in matrix.to_markdown(m)
+
+
+def test_a_build_without_the_export_is_not_runnable_for_every_server_client_even_before_its_rows():
+    rep = _rep([("native-path", "n/a")])
+    rep["contracts"][0]["reason"] = "no native hidden-state export in this vLLM"
+    cells = ca.cells(rep, "pass")
+    assert {cells[v]["verdict"] for v in ("0.5.0", "0.6.0", "0.8.0", "0.9.0")} == {ca.NOT_RUNNABLE}
+    assert "native-path" in cells["0.5.0"]["why"]
+    assert ca.cells(_rep([("native-path", "native")]), "pass")["0.5.0"]["verdict"] == ca.NOT_OBSERVED

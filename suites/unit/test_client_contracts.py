@@ -65,8 +65,10 @@ def test_a_working_server_holds_every_row_and_each_failure_breaks_its_own_row():
     rep = _served()
     rep["http"]["file"]["holds"] = False
     assert _outcomes(cc.observe_model(rep))["client-files[tiny-llama]"] == "broken"
-    got = _outcomes(cc.observe_model(_served(failure="engine died in propose", native_ids=[1, 3, 5])))
+    died = cc.observe_model(_served(failure="engine died in propose"))
+    got = _outcomes(died)
     assert got["client-lastlayer[tiny-llama]"] == "broken" and got["client-serve[tiny-llama]"] == "native"
+    assert "native id 6 exported" in died[-1].reason and "engine died in propose" in died[-1].reason
     assert _outcomes(cc.observe_model(_served(last_layer_is_final_output=False)))["client-lastlayer[tiny-llama]"] == "broken"
 
 
