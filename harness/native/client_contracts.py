@@ -26,6 +26,7 @@ held to the expectations per build), observed by suites/native/test_client.py fr
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from pathlib import Path
 
 from harness.contracts.base import Attempt
@@ -135,7 +136,9 @@ def _import_probe(module: str, name: str) -> NativeProbe:
         mod = importlib.import_module(module)
         if hasattr(mod, name):
             return getattr(mod, name)
-        return importlib.import_module(f"{module}.{name}")  # `from pkg import submodule`
+        if hasattr(mod, "__path__") and importlib.util.find_spec(f"{module}.{name}") is not None:
+            return importlib.import_module(f"{module}.{name}")  # `from pkg import submodule`
+        raise ImportError(f"cannot import name {name!r} from {module!r}")
 
     attempt, value = Attempt.run(get)
     return NativeProbe(f"from {module} import {name}", f"import {module}", attempt,

@@ -112,7 +112,8 @@ def to_html(m: dict) -> str:
                                            f"shim: {cell.get('shim')}" if cell.get("shim") else "",
                                            f"error: {cell.get('error')}" if cell.get("error") else "",
                                            "proof: {result}: {evidence}".format(**cell["proof"]) if cell.get("proof") else "",
-                                           cell.get("reason") or "") if x)
+                                           cell.get("reason") or "",
+                                           f"observed by the {cell['run']}" if cell.get("run") else "") if x)
             out.append(f"<td class='cell' id='{esc(key)}@{esc(c['version'])}' data-outcome='{esc(o)}' "
                        f"style='background:{COLORS.get(o, '#fff')}'><details>"
                        f"<summary>{esc(short_cell(cell, markdown=False))}</summary><div class='evidence'>{esc(detail)}</div>"
