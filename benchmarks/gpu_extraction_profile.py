@@ -25,6 +25,12 @@ loop calls (scheduler, execute_model, each RPC); "rest" is speculators' slicing 
 unoptimised copy-out (`harness.runtime.transport.CopyOut(enabled=False)`: speculators' per-prompt copies on the one
 torch thread vLLM leaves the caller, into fresh pages), then as shipped.
 
+`--native` then closes ours and times vLLM's own export (`extract_hidden_states` + `ExampleHiddenStatesConnector`,
+harness.native.engine.NativeExporter, the same layers in vLLM's convention, bf16) against the same plain engine, in
+the same interleaved pairs: a call is `LLM.generate` until every file is written (each request's file complete,
+its `.lock` released where the writer makes one), the files removed after; they go to /dev/shm where it has room
+for a call's states (the write is then memory bandwidth, as ours is), else to the temp folder (`native.storage`).
+
 MFU: model FLOPs = 2 x (non-embedding parameters active per token) x tokens + causal attention
 (per layer and prompt of s tokens: 2 x s^2 x heads x (qk_dim + v_dim) / 2 x 2, i.e. QK^T and PV, half
 masked) + the LM head on one token per prompt; divided by the call's time and by 790 TFLOP/s (the bf16
@@ -44,6 +50,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -183,6 +190,36 @@ def start_plain(model, max_model_len: int, share: float, backend: str | None):
                            trust_remote_code=True, **kwargs)
 
 
+def start_native(model, layer_ids: list[int], max_model_len: int, share: float, backend: str | None, storage):
+    from harness.native.engine import NativeExporter
+
+    return NativeExporter(model, layer_ids, max_model_len=max_model_len, attention_backend=backend,
+                          gpu_memory_utilization=share, storage_dir=storage, dtype="bfloat16")
+
+
+def native_call(exporter, prompts):
+    """One native-export call as a trainer would wait for it: generate, then every file complete (its lock, where
+    the writer makes one, released), then the files removed (the next call starts from an empty store)."""
+    import fcntl
+
+    def call():
+        outs = exporter.generate(prompts)
+        for out in outs:
+            path = (getattr(out, "kv_transfer_params", None) or {}).get("hidden_states_path")
+            if not path:
+                raise RuntimeError("the native export returned no hidden_states_path")
+            lock = path + ".lock"
+            if os.path.exists(lock):
+                fd = os.open(lock, os.O_RDWR)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH)
+                finally:
+                    os.close(fd)
+                os.remove(lock)
+            os.remove(path)
+    return call
+
+
 def shm_free() -> int:
     return shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else 0
 
@@ -275,10 +312,35 @@ def measure(args) -> dict:
             pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(30)
             out["cprofile_top"] = [strip_machine_paths(line) for line in s.getvalue().splitlines()[:80]]
             print("\n".join(out["cprofile_top"][:45]))
+        if args.native:
+            layer_ids = list(gen.layer_ids)
+            gen.__exit__(None, None, None)  # two engines at a time: ours is measured, the native export takes its place
+            gen = None
+            storage = Path("/dev/shm" if shm_free() > 3 * out["captured_bytes"] else tempfile.gettempdir())
+            storage = Path(tempfile.mkdtemp(prefix="native-bench-", dir=storage))
+            t0 = time.perf_counter()
+            exporter = start_native(model, layer_ids, args.max_model_len, args.share, backend, storage)
+            try:
+                out["native_start_s"] = time.perf_counter() - t0
+                r = bench.paired(plain, native_call(exporter, prompts), pairs=args.pairs)
+                r["plain_tokens_per_s"] = tokens / r["plain_s"]["median"]
+                r["native_tokens_per_s"] = tokens / r["extract_s"]["median"]
+                r["plain_mfu"] = flops / r["plain_s"]["median"] / PEAK_FLOPS
+                r["native_mfu"] = flops / r["extract_s"]["median"] / PEAK_FLOPS
+                r["verdict"] = bench.verdict(r["ratio"])
+                r["storage"] = "/dev/shm (tmpfs)" if str(storage).startswith("/dev/shm") else "temp folder (disk)"
+                r["native_ids"] = exporter.native_ids
+                out["native"] = r
+                print(f"[native export] {r['verdict']}; plain {r['plain_tokens_per_s']:.0f} tok/s, native "
+                      f"{r['native_tokens_per_s']:.0f} tok/s (MFU {r['native_mfu']:.1%}), files on {r['storage']}")
+            finally:
+                exporter.close()
+                shutil.rmtree(storage, ignore_errors=True)
     finally:
         if llm is not None:
             bench.shutdown(llm)
-        gen.__exit__(None, None, None)
+        if gen is not None:
+            gen.__exit__(None, None, None)
     return out
 
 
@@ -297,6 +359,7 @@ def main() -> int:
     p.add_argument("--copy-threads", type=lambda v: [int(x) for x in v.split(",")], default=[],
                    help="extra rounds with speculators' copy-out on k torch threads, e.g. 2,4,8")
     p.add_argument("--before", action="store_true", help="first time the unoptimised copy-out (CopyOut off)")
+    p.add_argument("--native", action="store_true", help="then time vLLM's native export against plain prefill")
     args = p.parse_args()
     out = measure(args)
     out["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",

@@ -87,8 +87,15 @@ def cmd_run(args) -> int:
         fdio.replay(held)
     import pytest
 
+    from harness import parallel
+
+    try:
+        workers = parallel.jobs(args.jobs)
+    except ValueError as e:
+        return _fail(str(e))
+    os.environ["HARNESS_JOBS"] = "1"  # the runs this run's own tests start (bad input) are one process each
     argv = [str(REPO_ROOT / s) for s in (args.suites or (QUICK_SUITES if args.quick else CPU_SUITES))]
-    argv += ["--harness-env", args.env, "-p", "no:cacheprovider", *args.pytest_args]
+    argv += ["--harness-env", args.env, "-p", "no:cacheprovider", *parallel.pytest_args(workers), *args.pytest_args]
     rc = int(pytest.main(argv))
     from harness.testing.collector import COLLECTOR
 
@@ -248,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--env", default=os.environ.get("HARNESS_ENV", "local"))
     r.add_argument("--suite", dest="suites", action="append", help="suite folder(s); default: the CPU suites")
     r.add_argument("--quick", action="store_true", help="contract probes and e2e only (the matrix's run)")
+    r.add_argument("--jobs", default=os.environ.get("HARNESS_JOBS", "1"),
+                   help="pytest-xdist workers: a number, or auto (a worker per 2 cores, bounded by available memory; "
+                        "harness.parallel). Default 1: on 2 cores two workers were slower")
     r.add_argument("--skip-expectation-check", action="store_true", help=argparse.SUPPRESS)
     r.add_argument("--strict", action="store_true",
                    help="refuse a vLLM without an expectations file (exit 2) instead of observing it")

@@ -52,8 +52,10 @@ def default_gpu_memory_utilization(wanted: float = 0.8) -> float:
 
 
 def engine_kwargs(model, native_ids: list[int], storage, *, max_model_len: int = 512, chunked_prefill: bool = False,
-                  attention_backend: str | None = None, gpu_memory_utilization: float | None = None) -> dict:
-    """`LLM(**kwargs)` for the native path on `model` (a harness.models.TinyModel), float32.
+                  attention_backend: str | None = None, gpu_memory_utilization: float | None = None,
+                  dtype: str = "float32") -> dict:
+    """`LLM(**kwargs)` for the native path on `model` (a harness.models.TinyModel), float32 unless `dtype` says
+    otherwise (the GPU benchmark's real shapes run in bfloat16, as plain prefill and ours do there).
 
     Scheduler limits follow speculators' (32 sequences per step) and the harness benchmark's, with
     prefix caching off as in our generator: a repeated prompt must be computed again, not served
@@ -64,7 +66,7 @@ def engine_kwargs(model, native_ids: list[int], storage, *, max_model_len: int =
 
     from harness.runtime.generator import attention_backend_kwargs, text_only_kwargs
 
-    kw = dict(model=str(model.path), dtype="float32", max_model_len=max_model_len, enforce_eager=True,
+    kw = dict(model=str(model.path), dtype=dtype, max_model_len=max_model_len, enforce_eager=True,
               enable_prefix_caching=False, max_num_seqs=32, max_num_batched_tokens=max(8192, max_model_len),
               gpu_memory_utilization=gpu_memory_utilization or default_gpu_memory_utilization(), seed=0,
               trust_remote_code=True,
@@ -113,7 +115,7 @@ class NativeExporter:
 
     def __init__(self, model, layer_ids: list[int], *, convention: str = "speculators", max_model_len: int = 512,
                  attention_backend: str | None = None, gpu_memory_utilization: float | None = None,
-                 storage_dir: str | os.PathLike | None = None):
+                 storage_dir: str | os.PathLike | None = None, dtype: str = "float32"):
         from harness.contracts import mla
 
         self.model = model
@@ -136,7 +138,8 @@ class NativeExporter:
         self.llm = None
         mla.prepare(model)  # the same attention decision our generator made for this model
         self.kwargs = engine_kwargs(model, self.engine_ids, self.storage, max_model_len=max_model_len,
-                                    attention_backend=attention_backend, gpu_memory_utilization=gpu_memory_utilization)
+                                    attention_backend=attention_backend, gpu_memory_utilization=gpu_memory_utilization,
+                                    dtype=dtype)
         t0 = time.perf_counter()
         try:
             from vllm import LLM

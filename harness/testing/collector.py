@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 OBS, E2E, META, NOTE, PROOF = "harness.observation", "harness.e2e", "harness.meta", "harness.note", "harness.proof"
+STARTS = "harness.generator_starts"
 
 
 class Collector:
@@ -23,6 +24,7 @@ class Collector:
         self.deselected = 0
         self.interrupted: str | None = None
         self.durations: dict[str, float] = {}  # per test: setup + call + teardown
+        self.starts: list[float] = []  # every generator start-up of the session, in seconds (any process)
         self.last_report: dict | None = None  # the report this process wrote (the CLI reads its status)
 
 

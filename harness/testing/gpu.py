@@ -42,11 +42,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"needs {n} GPUs of one host, this host has {have}"))
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
+def hold_gpu_skip(item, report) -> None:
     """A GPU run that was asked for (a model path given) may skip only for the documented reasons."""
-    outcome = yield
-    report = outcome.get_result()
     if not report.skipped or item.get_closest_marker("gpu") is None:
         return
     from harness.gpu_tier import ALLOWED_SKIPS

@@ -15,13 +15,24 @@ for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVC
                "TOKENIZERS_PARALLELISM": "false", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}.items():
     os.environ.setdefault(_k, _v)
 
+import pytest  # noqa: E402
+
 from harness.paths import REPORTS  # noqa: E402
-from harness.testing.gpu import gpu_config, pytest_collection_modifyitems, pytest_runtest_makereport  # noqa: E402,F401
+from harness.testing.gpu import gpu_config, hold_gpu_skip, pytest_collection_modifyitems  # noqa: E402,F401
 from harness.testing.leaks import no_leftover_workers  # noqa: E402,F401
 from harness.testing.recording import (expectations, harness_meta, numerics_expected, record_e2e,  # noqa: E402,F401
                                       record_note, record_observation, record_proof)
-from harness.testing.session_report import (pytest_collection_finish, pytest_configure, pytest_deselected,  # noqa: E402,F401
+from harness.testing.session_report import (report_generator_starts, pytest_collection_finish,  # noqa: E402,F401
+                                           pytest_xdist_node_collection_finished, pytest_configure, pytest_deselected,  # noqa: E402,F401
                                            pytest_keyboard_interrupt, pytest_runtest_logreport, pytest_sessionfinish)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    hold_gpu_skip(item, report)
+    report_generator_starts(report)
 
 
 def pytest_addoption(parser):

@@ -13,18 +13,30 @@ from pathlib import Path
 import pytest
 
 from harness.processes import children, reap
-from harness.testing.collector import COLLECTOR, E2E, META, NOTE, OBS, PROOF, Collector
+from harness.testing.collector import COLLECTOR, E2E, META, NOTE, OBS, PROOF, STARTS, Collector
 from harness.testing.recording import NA_PREFIX, observe_only
+
+
+_STARTS_REPORTED = [0]
+
+
+def report_generator_starts(report) -> None:
+    """The generator start-ups of this process since the last test phase go with this phase's report, so the
+    controlling process counts them also where pytest-xdist started them in a worker."""
+    from harness.runtime.generator import START_SECONDS
+
+    new = START_SECONDS[_STARTS_REPORTED[0]:]
+    if new:
+        report.user_properties.append((STARTS, [round(s, 2) for s in new]))
+        _STARTS_REPORTED[0] = len(START_SECONDS)
 
 
 def timings(col: Collector) -> dict:
     """Where the session's time went: the slowest tests, the shim proofs, the generator start-ups."""
     import statistics
 
-    from harness.runtime.generator import START_SECONDS
-
     slowest = sorted(col.durations.items(), key=lambda kv: -kv[1])[:15]
-    starts = list(START_SECONDS)
+    starts = list(col.starts)
     return {"session_s": round(time.time() - col.started, 1),
             "proofs_s": round(sum(v for k, v in col.durations.items() if "test_shim_proofs" in k), 1),
             "generator_starts": {"count": len(starts), "total_s": round(sum(starts), 1),
@@ -43,6 +55,9 @@ def pytest_runtest_logreport(report):
     t = col.tiers.setdefault(tier(report.nodeid), {"tests": 0, "passed": 0, "failed": 0, "skipped": 0, "wall_s": 0.0})
     t["wall_s"] += getattr(report, "duration", 0.0)
     col.durations[report.nodeid] = col.durations.get(report.nodeid, 0.0) + getattr(report, "duration", 0.0)
+    for name, value in report.user_properties:
+        if name == STARTS:  # attached to the phase that started them (harness.testing.plugin)
+            col.starts.extend(value)
     # Properties are read once per test: from its call, or from its setup when the test never ran.
     if report.when == "call" or (report.when == "setup" and not report.passed):
         for name, value in report.user_properties:
@@ -100,6 +115,12 @@ def pytest_deselected(items):
 
 def pytest_collection_finish(session):
     COLLECTOR.collected = [item.nodeid for item in session.items]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under pytest-xdist the workers collect, not the controller: what they selected is the run's selection."""
+    COLLECTOR.collected = list(ids)
 
 
 #: The suites a complete CPU run covers, and the GPU tier's; a run that leaves any of their test files out is a subset.
