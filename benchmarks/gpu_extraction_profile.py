@@ -30,6 +30,8 @@ harness.native.engine.NativeExporter, the same layers in vLLM's convention, bf16
 the same interleaved pairs: a call is `LLM.generate` until every file is written (each request's file complete,
 its `.lock` released where the writer makes one), the files removed after; they go to /dev/shm where it has room
 for a call's states (the write is then memory bandwidth, as ours is), else to the temp folder (`native.storage`).
+`--native-only` starts no extraction engine (plain and native only: at the Kimi width three engine start-ups and
+the checkpoint build do not fit one call).
 
 MFU: model FLOPs = 2 x (non-embedding parameters active per token) x tokens + causal attention
 (per layer and prompt of s tokens: 2 x s^2 x heads x (qk_dim + v_dim) / 2 x 2, i.e. QK^T and PV, half
@@ -202,8 +204,14 @@ def native_call(exporter, prompts):
     the writer makes one, released), then the files removed (the next call starts from an empty store)."""
     import fcntl
 
+    from harness.native.engine import NativeExportError
+    from harness.native.engine_log import root_cause
+
     def call():
-        outs = exporter.generate(prompts)
+        try:
+            outs = exporter.generate(prompts)
+        except Exception as exc:  # the engine's own words are in its log, which close() removes
+            raise NativeExportError("extract", exc, root_cause(exporter._log()), "") from exc
         for out in outs:
             path = (getattr(out, "kv_transfer_params", None) or {}).get("hidden_states_path")
             if not path:
@@ -222,6 +230,43 @@ def native_call(exporter, prompts):
 
 def shm_free() -> int:
     return shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else 0
+
+
+def speculators_default_ids(num_layers: int) -> list[int]:
+    """speculators 0.3.0's own choice when no layer ids are given (its generator's __init__)."""
+    return [2, num_layers // 2, num_layers - 3, num_layers - 1]
+
+
+def measure_native(model, plain, prompts, layer_ids, captured_bytes: int, args, tokens: int, flops: float) -> dict:
+    """vLLM's native export against `plain` in interleaved pairs (the engine started here and always closed)."""
+    from harness import bench
+
+    storage = Path("/dev/shm" if shm_free() > 3 * captured_bytes else tempfile.gettempdir())
+    storage = Path(tempfile.mkdtemp(prefix="native-bench-", dir=storage))
+    t0 = time.perf_counter()
+    exporter = start_native(model, layer_ids, args.max_model_len, args.share, args.attention_backend, storage)
+    try:
+        start_s = time.perf_counter() - t0
+        try:
+            r = bench.paired(plain, native_call(exporter, prompts), pairs=args.pairs)
+        except Exception as exc:  # noqa: BLE001 - the path not running at this shape is the finding
+            print(f"[native export] does not run: {exc}")
+            return {"runs": False, "error": strip_machine_paths(str(exc))[:1500], "native_ids": exporter.native_ids,
+                    "native_start_s": start_s}
+        r["native_start_s"] = start_s
+        r["plain_tokens_per_s"] = tokens / r["plain_s"]["median"]
+        r["native_tokens_per_s"] = tokens / r["extract_s"]["median"]
+        r["plain_mfu"] = flops / r["plain_s"]["median"] / PEAK_FLOPS
+        r["native_mfu"] = flops / r["extract_s"]["median"] / PEAK_FLOPS
+        r["verdict"] = bench.verdict(r["ratio"])
+        r["storage"] = "/dev/shm (tmpfs)" if str(storage).startswith("/dev/shm") else "temp folder (disk)"
+        r["native_ids"] = exporter.native_ids
+        print(f"[native export] {r['verdict']}; plain {r['plain_tokens_per_s']:.0f} tok/s, native "
+              f"{r['native_tokens_per_s']:.0f} tok/s (MFU {r['native_mfu']:.1%}), files on {r['storage']}")
+        return r
+    finally:
+        exporter.close()
+        shutil.rmtree(storage, ignore_errors=True)
 
 
 def measure(args) -> dict:
@@ -243,8 +288,21 @@ def measure(args) -> dict:
            "prompt_tokens": [args.min_tokens, args.max_tokens], "tokens": tokens, "flops_per_call": flops,
            "peak_flops": PEAK_FLOPS, "checkpoint_build_s": built_s, "shm_free_bytes": shm_free(),
            "gpu": torch.cuda.get_device_name(0), "max_model_len": args.max_model_len}
-    t0 = time.perf_counter()
     backend = args.attention_backend
+    if args.native_only:  # plain prefill and vLLM's native export only (ours measured at this shape before)
+        t0 = time.perf_counter()
+        llm = start_plain(model, args.max_model_len, args.share, backend)
+        try:
+            out["plain_start_s"] = time.perf_counter() - t0
+            text = fixture["hf_config"].get("text_config", fixture["hf_config"])
+            ids = speculators_default_ids(fm["layers"])
+            estimate = tokens * len(ids) * int(text["hidden_size"]) * 4  # float32 at most: where the files can go
+            out["native"] = measure_native(model, bench.prefill_call(llm, prompts), prompts, ids, estimate, args,
+                                           tokens, flops)
+        finally:
+            bench.shutdown(llm)
+        return out
+    t0 = time.perf_counter()
     gen = start_ours(model, args.max_model_len, args.share, backend)
     gen.__enter__()
     llm = None
@@ -316,26 +374,7 @@ def measure(args) -> dict:
             layer_ids = list(gen.layer_ids)
             gen.__exit__(None, None, None)  # two engines at a time: ours is measured, the native export takes its place
             gen = None
-            storage = Path("/dev/shm" if shm_free() > 3 * out["captured_bytes"] else tempfile.gettempdir())
-            storage = Path(tempfile.mkdtemp(prefix="native-bench-", dir=storage))
-            t0 = time.perf_counter()
-            exporter = start_native(model, layer_ids, args.max_model_len, args.share, backend, storage)
-            try:
-                out["native_start_s"] = time.perf_counter() - t0
-                r = bench.paired(plain, native_call(exporter, prompts), pairs=args.pairs)
-                r["plain_tokens_per_s"] = tokens / r["plain_s"]["median"]
-                r["native_tokens_per_s"] = tokens / r["extract_s"]["median"]
-                r["plain_mfu"] = flops / r["plain_s"]["median"] / PEAK_FLOPS
-                r["native_mfu"] = flops / r["extract_s"]["median"] / PEAK_FLOPS
-                r["verdict"] = bench.verdict(r["ratio"])
-                r["storage"] = "/dev/shm (tmpfs)" if str(storage).startswith("/dev/shm") else "temp folder (disk)"
-                r["native_ids"] = exporter.native_ids
-                out["native"] = r
-                print(f"[native export] {r['verdict']}; plain {r['plain_tokens_per_s']:.0f} tok/s, native "
-                      f"{r['native_tokens_per_s']:.0f} tok/s (MFU {r['native_mfu']:.1%}), files on {r['storage']}")
-            finally:
-                exporter.close()
-                shutil.rmtree(storage, ignore_errors=True)
+            out["native"] = measure_native(model, plain, prompts, layer_ids, out["captured_bytes"], args, tokens, flops)
     finally:
         if llm is not None:
             bench.shutdown(llm)
@@ -360,6 +399,7 @@ def main() -> int:
                    help="extra rounds with speculators' copy-out on k torch threads, e.g. 2,4,8")
     p.add_argument("--before", action="store_true", help="first time the unoptimised copy-out (CopyOut off)")
     p.add_argument("--native", action="store_true", help="then time vLLM's native export against plain prefill")
+    p.add_argument("--native-only", action="store_true", help="plain prefill and the native export only (no ours)")
     args = p.parse_args()
     out = measure(args)
     out["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
