@@ -202,10 +202,9 @@ def start_native(model, layer_ids: list[int], max_model_len: int, share: float, 
 def native_call(exporter, prompts):
     """One native-export call as a trainer would wait for it: generate, then every file complete (its lock, where
     the writer makes one, released), then the files removed (the next call starts from an empty store)."""
-    import fcntl
-
     from harness.native.engine import NativeExportError
     from harness.native.engine_log import root_cause
+    from harness.native.files import writer_released
 
     def call():
         try:
@@ -216,14 +215,8 @@ def native_call(exporter, prompts):
             path = (getattr(out, "kv_transfer_params", None) or {}).get("hidden_states_path")
             if not path:
                 raise RuntimeError("the native export returned no hidden_states_path")
-            lock = path + ".lock"
-            if os.path.exists(lock):
-                fd = os.open(lock, os.O_RDWR)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_SH)
-                finally:
-                    os.close(fd)
-                os.remove(lock)
+            with writer_released(path):
+                pass
             os.remove(path)
     return call
 

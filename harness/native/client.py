@@ -26,7 +26,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.native.files import layers_asked
+from harness.native.files import layers_asked, layout_of
 from harness.native.server import ServerError
 from harness.paths import REPO_ROOT
 
@@ -162,7 +162,7 @@ def extract(server, prompts: list[list[int]], *, version: str = "0.9.0", timeout
                               + (" and released its lock" if waited else "") + " but never wrote it; the server's log "
                               f"says: {server.root_cause()}")
         data = load_file(handle, device="cpu")
-        layout = {k: (list(v.shape), str(v.dtype).replace("torch.", "")) for k, v in data.items()}
+        layout = layout_of(data)
         os.remove(handle)
         lock_left = os.path.exists(lock)
         if lock_left:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.contracts.base import summarize
 from harness.native.engine_log import engine_output_to, root_cause
-from harness.native.files import NativeExport, layers_asked, read_export
+from harness.native.files import NativeExport, layers_asked, layout_of, read_export
 from harness.native.layer_ids import map_layer_ids
 
 METHOD = "extract_hidden_states"
@@ -193,7 +193,7 @@ class NativeExporter:
                 data, waited = read_export(path, remove=not keep_files)
             except OSError as exc:
                 raise NativeExportError("extract", exc, self._root_cause_after_failure(), self._log()) from exc
-            layout = {k: (tuple(v.shape), str(v.dtype).replace("torch.", "")) for k, v in data.items()}
+            layout = layout_of(data)
             try:
                 per_layer = layers_asked(data, path, self.engine_ids, self.native_ids)
             except ValueError as exc:

@@ -82,14 +82,14 @@ def http_probe(server, prompt: list[int]) -> dict:
 def _file_holds(path: str, prompt: list[int], layers: int) -> dict:
     """The file read as the lock protocol says (waiting on the writer's lock where it made one), then removed:
     `hidden_states` [tokens, layers, hidden] and `token_ids` == the prompt, nothing else."""
-    from harness.native.files import read_export
+    from harness.native.files import layout_of, read_export
 
     had_lock = os.path.exists(path + ".lock")
     try:
         data, waited = read_export(path)
     except Exception as e:  # noqa: BLE001 - an unreadable file is the finding
         return {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}", "lock": had_lock}
-    layout = {k: [list(v.shape), str(v.dtype).replace("torch.", "")] for k, v in data.items()}
+    layout = layout_of(data)
     hs, ids = data.get("hidden_states"), data.get("token_ids")
     holds = (set(data) == {"hidden_states", "token_ids"} and hs.dim() == 3 and tuple(hs.shape[:2]) == (len(prompt), layers)
              and ids.tolist() == [int(t) for t in prompt])
@@ -225,7 +225,7 @@ def markdown(rep: dict) -> str:
                                                       if serve.get("started") else f"did not start: {serve.get('error')}"),
              ""]
     if rep.get("without_last_layer"):
-        lines += [f"Last layer (native id {rep['native_ids'][-1] + 1 if 'failure' in rep else rep['native_ids'][-1]}): "
+        lines += [f"Last layer (native id {max(rep['native_ids'])}): "
                   f"{rep['without_last_layer']}", ""]
     for version, c in rep["clients"].items():
         lines += [f"## speculators {version}", "", f"**{c['verdict']}**" + (
