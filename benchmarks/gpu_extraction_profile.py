@@ -21,7 +21,9 @@ shims) first and then plain vLLM with the same scheduler limits (speculators': 3
 max(8192, max_model_len) tokens a step, eager, prefix caching off); they are timed in interleaved pairs
 (`harness.bench.paired`). Each extraction call is split into phases by wrapping the objects speculators'
 loop calls (scheduler, execute_model, each RPC); "rest" is speculators' slicing and copies plus our checks.
-`--cprofile` adds the top functions of one extraction call. `--before` first times the pairs with the
+`--cprofile` adds the top functions of one extraction call. `--transports shm` adds a round with the
+end-of-batch hand-off on the same engines (the worker switches; `harness.runtime.transport`) and checks its
+results equal the streamed hand-off's bit for bit. `--before` first times the pairs with the
 unoptimised copy-out (`harness.runtime.transport.CopyOut(enabled=False)`: speculators' per-prompt copies on the one
 torch thread vLLM leaves the caller, into fresh pages), then as shipped.
 
@@ -262,6 +264,22 @@ def measure_native(model, plain, prompts, layer_ids, captured_bytes: int, args, 
         shutil.rmtree(storage, ignore_errors=True)
 
 
+def bitwise(gen, prompts, modes: list[str]) -> dict:
+    """Whether each hand-off in `modes` gives the streamed one's results bit for bit (one call each)."""
+    import torch
+
+    gen.executor_view.collective_rpc("_harness_set_transport", args=("stream",))
+    ref = gen.generate(prompts)
+    out = {}
+    for mode in modes:
+        gen.executor_view.collective_rpc("_harness_set_transport", args=(mode,))
+        res = gen.generate(prompts)
+        out[mode] = all(torch.equal(a, b) for r1, r2 in zip(ref, res) for a, b in zip(r1["hidden_states"], r2["hidden_states"]))
+        del res
+    gen.executor_view.collective_rpc("_harness_set_transport", args=("stream",))
+    return out
+
+
 def measure(args) -> dict:
     import torch
 
@@ -323,7 +341,11 @@ def measure(args) -> dict:
 
         plain = bench.prefill_call(llm, prompts)
 
-        def one_round(label: str) -> dict:
+        r_transport = ["stream"]
+
+        def one_round(label: str, transport_mode: str = "stream") -> dict:
+            r_transport[0] = transport_mode
+            gen.executor_view.collective_rpc("_harness_set_transport", args=(transport_mode,))
             phases.clear()
             torch.cuda.reset_peak_memory_stats()
             r = bench.paired(plain, ours, pairs=args.pairs)
@@ -333,7 +355,7 @@ def measure(args) -> dict:
             r["plain_mfu"] = flops / r["plain_s"]["median"] / PEAK_FLOPS
             r["extract_mfu"] = flops / r["extract_s"]["median"] / PEAK_FLOPS
             r["verdict"] = bench.verdict(r["ratio"])
-            r["shm_replies"] = gen.executor_view.collective_rpc("_harness_set_transport", args=("shm",))[0]
+            r["hand_offs"] = gen.executor_view.collective_rpc("_harness_set_transport", args=(r_transport[0],))[0]
             print(f"[{label}] {r['verdict']}; plain {r['plain_tokens_per_s']:.0f} tok/s (MFU "
                   f"{r['plain_mfu']:.1%}), extraction {r['extract_tokens_per_s']:.0f} tok/s (MFU {r['extract_mfu']:.1%})")
             for k, v in r["phases_median_s"].items():
@@ -344,7 +366,13 @@ def measure(args) -> dict:
             gen.copy_out = transport.CopyOut(enabled=False)
             out["before"] = one_round("before: copy-out on vLLM's 1 thread, fresh pages")
             gen.copy_out = transport.CopyOut(workers=1)
-        out["shipped"] = one_round("as shipped")
+        out["shipped"] = one_round("as shipped (each step's rows leave during the next step)")
+        for mode in args.transports:  # earlier hand-offs, on the same engines (the worker switches)
+            out[f"transport_{mode}"] = one_round(f"hand-off {mode!r}", mode)
+        if args.transports:  # the shipped hand-off against each earlier one on the same prompts, bit for bit
+            out["bitwise_equal_to_stream"] = bitwise(gen, prompts, args.transports)
+            print(f"bitwise equal to the streamed hand-off: {out['bitwise_equal_to_stream']}")
+        gen.executor_view.collective_rpc("_harness_set_transport", args=("stream",))
         for k in args.copy_threads:  # the copy-out with k torch threads (an experiment, not shipped)
             gen.copy_out = transport.CopyOut(threads=k)
             out[f"copy_threads_{k}"] = one_round(f"copy-out on {k} torch threads")
@@ -391,6 +419,8 @@ def main() -> int:
     p.add_argument("--copy-threads", type=lambda v: [int(x) for x in v.split(",")], default=[],
                    help="extra rounds with speculators' copy-out on k torch threads, e.g. 2,4,8")
     p.add_argument("--before", action="store_true", help="first time the unoptimised copy-out (CopyOut off)")
+    p.add_argument("--transports", type=lambda v: [x for x in v.split(",") if x], default=[],
+                   help="after the shipped round, one round with each earlier hand-off (shm, rpc) and a bitwise check")
     p.add_argument("--native", action="store_true", help="then time vLLM's native export against plain prefill")
     p.add_argument("--native-only", action="store_true", help="plain prefill and the native export only (no ours)")
     args = p.parse_args()

@@ -141,8 +141,9 @@ class Attach(str, enum.Enum):
     RPC_REPLY = "rpc-reply"
     #: fn(view, output) -> engaged: after every execute_model() speculators calls.
     STEP = "step"
-    #: fn(view, state): before speculators fetches a batch's captured states from the workers.
-    BEFORE_STATES = "before-states"
+    #: fn(view, state): once per batch, right after speculators resets the capture (its requests are added,
+    #: no step has run yet).
+    BATCH_START = "batch-start"
     #: fn(worker) -> engaged: in each worker, before speculators' capture set-up.
     WORKER = "worker"
     #: fn(ns, current, worker) -> engaged: replaces names speculators' worker extension looks up.
@@ -151,6 +152,11 @@ class Attach(str, enum.Enum):
     WORKER_AFTER = "worker-after"
     #: fn(worker, states) -> states: the captured states a worker hands to speculators' driver.
     WORKER_STATES = "worker-states"
+    #: fn(worker, scheduler_output, rows) -> (total_rows, moves) | None: where one forward's captured rows go
+    #: in the batch's hand-off, as (source row, destination row, count) moves, so that they can leave the
+    #: device while the next step runs (harness.runtime.transport.Stream). A contract whose WORKER_STATES shim
+    #: moves rows must also say where here; None: not known, the rows leave after the last step.
+    WORKER_ROWS = "worker-rows"
     #: fn(worker): when speculators resets the capture between batches.
     WORKER_RESET = "worker-reset"
 

@@ -19,9 +19,11 @@ Shim, two halves. Driver: speculators' scheduler finishes only requests whose pr
 stays running and the next step schedules its next chunk; the order requests were added in is recorded.
 Worker: each forward's requests, in the runner's batch order, with their scheduled token counts (a request
 kept running keeps its slot while new requests fill the slots below it, so its later chunk is captured
-after rows of later requests). When speculators fetches the states, the driver first sends the order the
-requests were added in (`set_arrivals`), and the worker regroups the rows per request on the device before
-they leave it (`in_request_order`), so that speculators' own slicing is right. The row check alone cannot see a reordering
+after rows of later requests). Once speculators has added a batch's requests, the driver sends their order
+and prompt lengths (`set_arrivals`); each forward's rows then go straight to their place in the hand-off,
+per request in that order (`rows_placement`, while the next step runs), or, where that hand-off is not
+taken, the worker regroups them on the device before they leave it (`in_request_order`), so that
+speculators' own slicing is right. The row check alone cannot see a reordering
 (the counts match); the probe compares rows with the same prompts extracted on their own, the end-to-end
 suite with transformers.
 """
@@ -44,16 +46,19 @@ class PrefillGuard:
         self.kept = 0  # finish calls held back for a request mid-prefill (the shim engaged)
         self.cut = 0  # requests finished mid-prefill while the guard was off (what speculators alone does)
         self.arrivals: list[str] = []  # request ids in the order speculators added them (since the last take)
+        self.lengths: list[int] = []  # their prompt lengths
         self._finish = scheduler.finish_requests
         self._add = scheduler.add_request
 
     def add_request(self, request) -> None:
         self.arrivals.append(request.request_id)
+        self.lengths.append(int(request.num_prompt_tokens))
         return self._add(request)
 
-    def take(self) -> list[str]:
-        """This batch's request ids in arrival order; the next batch starts a new list."""
-        out, self.arrivals = self.arrivals, []
+    def take(self) -> tuple[list[str], list[int]]:
+        """This batch's request ids in arrival order and their prompt lengths; the next batch starts anew."""
+        out = self.arrivals, self.lengths
+        self.arrivals, self.lengths = [], []
         return out
 
     def mid_prefill(self, request_id: str) -> bool:
@@ -109,23 +114,64 @@ def apply_worker(worker) -> None:
 
 
 def announce_order(view, state) -> None:
-    """Driver side: before speculators fetches the states, tell the workers the order of this batch's requests
-    (only while the guard is on: the proof's unshimmed run must see speculators' own slicing)."""
+    """Driver side, once speculators has added a batch's requests: tell the workers their order and prompt
+    lengths (only while the guard is on: the proof's unshimmed run must see speculators' own slicing)."""
     guard = state.per_contract.get(CONTRACT.id)
     if guard is not None:
-        arrivals = guard.take()
-        view.collective_rpc("_harness_call", args=(set_arrivals, arrivals if guard.enabled else None))
+        arrivals, lengths = guard.take()
+        sent = (arrivals, lengths) if guard.enabled else (None, None)
+        view.collective_rpc("_harness_call", args=(set_arrivals, *sent))
 
 
-def set_arrivals(worker, arrivals: list[str] | None) -> None:
-    """RPC body, sent by the driver just before speculators fetches the states: the order speculators added
-    this batch's requests in (None: leave the rows as captured, the shim is off)."""
+def set_arrivals(worker, arrivals: list[str] | None, lengths: list[int] | None = None) -> None:
+    """RPC body, sent by the driver before a batch's first step: the order speculators added its requests in
+    and their prompt lengths (None: leave the rows as captured, the shim is off)."""
     worker._harness_arrivals = list(arrivals) if arrivals is not None else None
+    worker._harness_places = None
+    if arrivals is not None and lengths is not None and len(lengths) == len(arrivals):
+        starts, at = {}, 0
+        for req, n in zip(arrivals, lengths):
+            starts[req] = (at, int(n))
+            at += int(n)
+        worker._harness_places = {"starts": starts, "done": dict.fromkeys(starts, 0), "total": at, "moved": False}
 
 
 def reset(worker) -> None:
     worker._harness_segments = []
     worker._harness_arrivals = None
+    worker._harness_places = None
+
+
+def rows_placement(worker, scheduler_output, rows: int):
+    """Where one forward's captured rows go, per request in arrival order: (total rows of the batch, [(source
+    row, destination row, count)]), or None where this step cannot be placed (no arrivals announced, a request
+    not announced, more rows than its prompt, rows that do not match the scheduled tokens). The layout is the
+    one `in_request_order` produces; a batch whose rows move out of capture order counts as regrouped."""
+    places = getattr(worker, "_harness_places", None)
+    scheduled = getattr(scheduler_output, "num_scheduled_tokens", None) or {}
+    if places is None or not scheduled:
+        return None
+    order = [r for r in worker.model_runner.input_batch.req_ids if r is not None and r in scheduled]
+    moves, src = [], 0
+    for req in order:
+        n = int(scheduled[req])
+        if req not in places["starts"]:
+            return None
+        start, length = places["starts"][req]
+        done = places["done"][req]
+        if done + n > length:
+            return None
+        moves.append((src, start + done, n))
+        places["done"][req] = done + n
+        src += n
+    if src != rows:
+        return None
+    captured_so_far = places.setdefault("captured", 0)
+    if not places["moved"] and any(dst != captured_so_far + s for s, dst, _ in moves):
+        places["moved"] = True
+        worker._harness_reorder_count = getattr(worker, "_harness_reorder_count", 0) + 1
+    places["captured"] = captured_so_far + rows
+    return places["total"], moves
 
 
 def request_ranges(segments: list, arrivals: list[str], total: int) -> list[tuple[int, int]] | None:
@@ -245,8 +291,9 @@ CONTRACT = Contract(
     id="chunkedprefill",
     assumes="a batch larger than one scheduler step comes back complete, each prompt's rows its own",
     failures=(r"split across scheduler steps", r"came back with \[.*\] rows per layer", r"not in request order"),
-    shims=(Shim(Attach.GENERATOR, apply), Shim(Attach.BEFORE_STATES, announce_order), Shim(Attach.WORKER, apply_worker),
-           Shim(Attach.WORKER_STATES, in_request_order), Shim(Attach.WORKER_RESET, reset)),
+    shims=(Shim(Attach.GENERATOR, apply), Shim(Attach.BATCH_START, announce_order), Shim(Attach.WORKER, apply_worker),
+           Shim(Attach.WORKER_STATES, in_request_order), Shim(Attach.WORKER_ROWS, rows_placement),
+           Shim(Attach.WORKER_RESET, reset)),
     gate_outside="whether a batch over one step's budget is chunked or reordered is the scheduler's behaviour "
                  "under load (defaults, queue order), not a signature: each env's run extracts such a batch",
     upstream=('not one change: chunked prefill on by default in V1 (0.12.0 on in the config speculators '

@@ -4,7 +4,7 @@ speculators calls `collective_rpc(..., unique_reply_rank=0)[0]` and `execute_mod
 executor. vLLM calls the same methods on itself internally, so shims on them cannot be overrides on
 the executor class (vLLM's own `execute_model` relies on the single-reply `collective_rpc`). The
 view applies the selected shims attached to speculators' calls (`Attach.RPC_REPLY`, `Attach.STEP`,
-`Attach.BEFORE_STATES`); everything else is forwarded to the real executor untouched.
+`Attach.BATCH_START`); everything else is forwarded to the real executor untouched.
 
 The view also carries the harness's lifecycle guarantees: every RPC gets a timeout (a hung worker
 becomes a clear `WorkerTimeout`, not a hang), and `shutdown()` is idempotent.
@@ -18,6 +18,10 @@ from typing import Any
 from harness import contracts
 from harness.contracts.base import Attach
 from harness.runtime import transport
+
+
+#: The RPC speculators sends once a batch's requests are added, before its first step.
+RESET = "_reset_capture"
 
 
 class WorkerTimeout(RuntimeError):
@@ -64,7 +68,7 @@ class ExecutorView:
         disabled = state.disabled
         self._reply_shims = contracts.selected(Attach.RPC_REPLY, disabled)
         self._step_shims = contracts.selected(Attach.STEP, disabled)
-        self._before_states = contracts.selected(Attach.BEFORE_STATES, disabled)
+        self._batch_start = contracts.selected(Attach.BATCH_START, disabled)
         #: how often each selected shim of this view changed something, by contract id
         self.engaged: dict[str, int] = {cid: 0 for cid, _ in self._reply_shims + self._step_shims}
         self.steps = 0  # execute_model() calls made by speculators (scheduler steps)
@@ -79,13 +83,13 @@ class ExecutorView:
     # -- speculators' two executor calls, with the shims attached to them ------------------------
     def collective_rpc(self, method: Any, timeout: float | None = None, args: tuple = (), kwargs: dict | None = None,
                        non_block: bool = False, unique_reply_rank: int | None = None, **extra: Any) -> Any:
-        if method == transport.METHOD:
-            for _, shim in self._before_states:
-                shim.fn(self, self.state)
         out = self._rpc(method, timeout=timeout, args=args, kwargs=kwargs, non_block=non_block,
                         unique_reply_rank=unique_reply_rank, **extra)
         if method == transport.METHOD:  # the captured states may come as a shared-memory file
             out = transport.materialize(out)
+        elif method == RESET:  # speculators added this batch's requests and is about to step
+            for _, shim in self._batch_start:
+                shim.fn(self, self.state)
         for cid, shim in self._reply_shims:
             shimmed = shim.fn(self, out, unique_reply_rank)
             if shimmed is not out:

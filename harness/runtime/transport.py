@@ -26,6 +26,9 @@ from dataclasses import dataclass
 SHM = "/dev/shm"
 ALIGN = 64
 METHOD = "_get_captured_states"
+#: The worker's hand-offs: step by step into shared memory (default), after the last step into shared memory,
+#: or the tensors in the RPC reply (speculators as shipped).
+MODES = ("stream", "shm", "rpc")
 
 
 @dataclass(frozen=True)
@@ -82,14 +85,114 @@ class Publisher:
             import torch
 
             torch.cuda.synchronize()
+        return self.handle(layout)
+
+    def handle(self, layout: list) -> SharedStates:
         self.published += 1
-        return SharedStates(self.path, int(buf.numel()), tuple(layout))
+        return SharedStates(self.path, int(self.buf.numel()), tuple(layout))
 
     def close(self) -> None:
         """Drop the buffer (the caller may still map it; the memory goes with the last mapping)."""
         if self.path and os.path.exists(self.path):
             os.unlink(self.path)
         self.path, self.buf = None, None
+
+
+class Stream:
+    """Worker side: each forward's captured rows leave the device while the next step runs.
+
+    With one hand-off at the end, the worker waits after the last step for the whole batch to cross to the
+    host (at Kimi-K2.5's width, 5.6 GiB a call: 0.12 s on the H200 after a 1.9 s forward). Here every step's
+    rows are copied, on a side CUDA stream, straight to their final place in the publisher's buffer: per
+    layer, one [total rows, hidden] block, rows where the contract that orders them says (`Attach.WORKER_ROWS`,
+    which also gives the batch's total). At the end only the last step's copy is waited for. The bytes and
+    their places are those of the end-of-batch hand-off (a test compares both ways bit for bit). Where a step
+    cannot be placed, or the buffer cannot be had, the batch falls back to the end-of-batch hand-off.
+    Off CUDA the copies are synchronous (same result, no overlap).
+    """
+
+    def __init__(self, publisher: Publisher):
+        self.publisher = publisher
+        self.side = None  # the CUDA stream the copies run on
+        self.streamed = 0  # batches handed over this way
+        self.begin()
+
+    def begin(self) -> None:
+        """A new batch: nothing placed yet."""
+        self.views: list | None = None
+        self.layout: list = []
+        self.total = self.placed = 0
+        self.failed = False
+
+    def step(self, states: list, placement) -> None:
+        """One forward's captured tensors (one per layer) and where their rows go: (total, moves) or None."""
+        if self.failed or not states:
+            return
+        if placement is None or (self.views is not None and placement[0] != self.total):
+            self.failed = True
+            return
+        if self.views is None and not self._allocate(placement[0], states):
+            self.failed = True
+            return
+        if any(h.dtype != v.dtype or h.shape[1:] != v.shape[1:] for h, v in zip(states, self.views)):
+            self.failed = True
+            return
+        moves = _coalesce(placement[1])
+        if states[0].is_cuda:
+            self._copy_async(states, moves)
+        else:
+            for h, view in zip(states, self.views):
+                for src, dst, n in moves:
+                    view[dst:dst + n].copy_(h[src:src + n])
+        self.placed += sum(n for _, _, n in moves)
+
+    def _allocate(self, total: int, states: list) -> bool:
+        layout, offset = [], 0
+        for h in states:
+            shape = (total, *h.shape[1:])
+            n = total * h[:1].numel() * h.element_size()
+            layout.append((str(h.dtype), shape, offset, n))
+            offset += -(-n // ALIGN) * ALIGN
+        buf = self.publisher._buffer(max(offset, ALIGN))
+        if buf is None:
+            return False
+        self.total, self.layout = total, layout
+        self.views = [buf[off:off + n].view(h.dtype).view(shape) for h, (_, shape, off, n) in zip(states, layout)]
+        return True
+
+    def _copy_async(self, states: list, moves: list) -> None:
+        import torch
+
+        if self.side is None:
+            self.side = torch.cuda.Stream()
+        ready = torch.cuda.current_stream().record_event()
+        with torch.cuda.stream(self.side):
+            self.side.wait_event(ready)
+            for h, view in zip(states, self.views):
+                h.record_stream(self.side)
+                for src, dst, n in moves:
+                    view[dst:dst + n].copy_(h[src:src + n], non_blocking=True)
+
+    def take(self) -> SharedStates | None:
+        """The batch's hand-off once every row of it is in place (after the last copy ends); else None."""
+        complete = not self.failed and self.views is not None and self.placed == self.total
+        if complete and self.side is not None:
+            self.side.synchronize()
+        handle = self.publisher.handle(self.layout) if complete else None
+        self.streamed += bool(complete)
+        self.begin()
+        return handle
+
+
+def _coalesce(moves: list) -> list:
+    """Adjacent moves whose source and destination rows both continue each other, as one."""
+    out: list = []
+    for src, dst, n in moves:
+        if out and out[-1][0] + out[-1][2] == src and out[-1][1] + out[-1][2] == dst:
+            out[-1] = (out[-1][0], out[-1][1], out[-1][2] + n)
+        else:
+            out.append((src, dst, n))
+    return out
 
 
 #: Caller side: per worker process (its pid is in the file name), the file it publishes into and our mapping of

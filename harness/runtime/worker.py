@@ -72,8 +72,38 @@ def setup_capture(worker, layer_ids, disabled: frozenset) -> dict:
     spec_cls._setup_hidden_states_capture(worker, layer_ids)
     for cid, shim in contracts.selected(Attach.WORKER_AFTER, disabled):
         engaged[cid] = shim.fn(worker)
+    stream_each_step(worker)
     worker._harness_engaged = {cid: bool(v) for cid, v in engaged.items() if v is not None}
     return worker._harness_engaged
+
+
+def stream_each_step(worker) -> None:
+    """After every `execute_model`, hand the forward's captured rows to the worker's stream (outermost wrapper,
+    once per worker). Not a contract: how the states travel, see harness.runtime.transport.Stream."""
+    if worker.__dict__.get("_harness_streaming"):
+        return
+    inner = worker.execute_model
+
+    def execute_model(scheduler_output, *args, **kwargs):
+        captured = getattr(worker, "_captured_states", None)
+        before = len(captured[0]) if captured else 0
+        out = inner(scheduler_output, *args, **kwargs)
+        worker._harness_stream_step(scheduler_output, before)
+        return out
+
+    worker.execute_model = execute_model
+    worker._harness_streaming = True
+
+
+def placement(worker, scheduler_output, rows: int):
+    """Where this forward's rows go, from the one selected `Attach.WORKER_ROWS` shim; None where none is selected,
+    or where a selected `Attach.WORKER_STATES` shim would change the states without saying where rows go."""
+    disabled = worker._harness_disabled
+    rows_shims = contracts.selected(Attach.WORKER_ROWS, disabled)
+    placed_by = {cid for cid, _ in rows_shims}
+    if len(rows_shims) != 1 or any(cid not in placed_by for cid, _ in contracts.selected(Attach.WORKER_STATES, disabled)):
+        return None
+    return rows_shims[0][1].fn(worker, scheduler_output, rows)
 
 
 def setup_attempts(worker, layer_ids, contract_id: str) -> dict:
@@ -110,24 +140,56 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
         worker wrapper, which forwards reads to the worker but keeps attributes set on it for itself."""
         return fn(self, *args)
 
-    _harness_transport: str = "shm"
+    #: "stream" (default: each step's rows leave during the next step), "shm" (all rows after the last step,
+    #: through shared memory) or "rpc" (the tensors in the reply, as speculators ships).
+    _harness_transport: str = "stream"
     _harness_publisher = None
+    _harness_stream = None
+
+    def _harness_hand_off(self) -> transport.Stream:
+        if self._harness_stream is None:
+            self._harness_publisher = transport.Publisher()
+            self._harness_stream = transport.Stream(self._harness_publisher)
+        return self._harness_stream
+
+    def _harness_stream_step(self, scheduler_output, before: int) -> None:
+        """After a forward: its captured rows to the stream (see stream_each_step)."""
+        captured = getattr(self, "_captured_states", None)
+        if self._harness_transport != "stream" or not captured:
+            return
+        stream = self._harness_hand_off()
+        if len(captured[0]) != before + 1:  # a forward that did not capture exactly once: not placeable
+            stream.failed = True
+            return
+        states = [layer[-1] for layer in captured]
+        stream.step(states, placement(self, scheduler_output, int(states[0].shape[0])))
 
     def _get_captured_states(self):
-        """speculators' states, handed over through shared memory where there is room (harness.runtime.transport)."""
+        """speculators' states, handed over through shared memory where there is room (harness.runtime.transport):
+        streamed during the steps where every row was placed, else after the last step."""
+        if self._harness_transport == "stream" and self._harness_stream is not None:
+            handle = self._harness_stream.take()
+            if handle is not None:
+                self._captured_states = None  # as speculators does once it has concatenated them
+                return handle
         states = super()._get_captured_states()
         for _, shim in contracts.selected(Attach.WORKER_STATES, self._harness_disabled):
             states = shim.fn(self, states)
-        if not states or self._harness_transport != "shm":
+        if not states or self._harness_transport not in ("stream", "shm"):  # the tensors in the RPC reply
             return states
-        if self._harness_publisher is None:
-            self._harness_publisher = transport.Publisher()
+        self._harness_hand_off()
         return self._harness_publisher.publish(states) or states
 
-    def _harness_set_transport(self, mode: str) -> int:
-        """"shm" (default) or "rpc" (the tensors in the reply, as speculators ships); returns shm replies so far."""
+    def _harness_set_transport(self, mode: str) -> dict:
+        """Choose the hand-off ("stream", "shm" or "rpc"); returns how many batches went through shared memory so
+        far, and how many of those were streamed."""
+        if mode not in transport.MODES:
+            raise ValueError(f"unknown transport {mode!r}")
         self._harness_transport = mode
-        return self._harness_publisher.published if self._harness_publisher else 0
+        if self._harness_stream is not None:
+            self._harness_stream.begin()
+        return {"shm": self._harness_publisher.published if self._harness_publisher else 0,
+                "streamed": self._harness_stream.streamed if self._harness_stream else 0}
 
     def _store_captured_states(self, aux_hidden_states):
         # Counted per rank: speculators captures on TP rank 0 only, and the GPU tier checks that.
@@ -157,4 +219,6 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
         self._maybe_hang("_reset_capture")
         for _, shim in contracts.selected(Attach.WORKER_RESET, self._harness_disabled):
             shim.fn(self)
+        if self._harness_stream is not None:
+            self._harness_stream.begin()
         return super()._reset_capture()

@@ -165,27 +165,47 @@ def test_a_broken_cell_says_whose_fault_it_is(name, runs, expectations, record_e
     assert verdict.vllm_wrong, says
 
 
-def test_shared_memory_hand_off_is_bit_identical_to_the_rpc(run, record_e2e):
-    """The captured states travel through /dev/shm (harness.runtime.transport) instead of the RPC reply, and the caller
-    copies them out on more than one thread into reused memory: the results must be the same bits as speculators'
-    own path (RPC reply, one thread, fresh pages) on the same prompts, and the shared path must be used."""
+def test_streamed_and_shared_memory_hand_offs_are_bit_identical_to_the_rpc(run, record_e2e):
+    """The captured states leave the worker step by step into /dev/shm, each row at its final place
+    (harness.runtime.transport.Stream), or after the last step through /dev/shm (`shm`), instead of in the RPC
+    reply; the caller copies them out on more than one thread into reused memory. On a batch over one step's
+    token budget (rows regrouped per request), all three must give the same bits as speculators' own path (RPC
+    reply, one thread, fresh pages) on the same prompts, and each path must be the one taken. Whether the rows
+    had to move depends on the runner's slot order and is recorded (tiny Llama's do on 0.16)."""
+    from harness.contracts import chunkedprefill
     from harness.runtime import transport
 
     gen = run.generator
     shipped = gen.copy_out
-    batch = random_prompts(6, 40, 200, run.model.vocab_size, seed=12)
-    before = gen.real_executor.collective_rpc("_harness_set_transport", args=("shm",))[0]
-    gen.copy_out = transport.CopyOut(threads=2)
+    budget = int(gen.vllm_config.scheduler_config.max_num_batched_tokens)
+    batch = chunkedprefill.straddling_batch(budget, run.model.vocab_size)
+    set_transport = lambda mode: gen.real_executor.collective_rpc("_harness_set_transport", args=(mode,))[0]  # noqa: E731
+    regrouped = lambda: gen.real_executor.collective_rpc(chunkedprefill.reordered)[0]  # noqa: E731
+    out, used = {}, {}
     try:
-        fast = gen.generate(batch)
-        used = gen.real_executor.collective_rpc("_harness_set_transport", args=("rpc",))[0] - before
+        start, moved = set_transport("stream"), regrouped()
+        gen.copy_out = transport.CopyOut(threads=2)
+        out["stream"] = gen.generate(batch)
+        after = set_transport("shm")
+        used["stream"], moved = after["streamed"] - start["streamed"], regrouped() - moved
+        out["shm"] = gen.generate(batch)
+        end = set_transport("rpc")
+        used["shm"] = (end["shm"] - after["shm"]) - (end["streamed"] - after["streamed"])
         gen.copy_out = transport.CopyOut(enabled=False)
-        plain = gen.generate(batch)
+        out["rpc"] = gen.generate(batch)
     finally:
         gen.copy_out = shipped
-        gen.real_executor.collective_rpc("_harness_set_transport", args=("shm",))
-    equal = all(torch.equal(a, b) for r1, r2 in zip(fast, plain) for a, b in zip(r1["hidden_states"], r2["hidden_states"]))
-    record_e2e(run.model.name, "shared-memory hand-off == RPC reply, bitwise", "pass" if equal and used else "fail",
-               f"{used} shared-memory replies; {sum(map(len, batch))} tokens x {len(gen.layer_ids)} layers")
-    assert used >= 1, "the shared-memory path was not taken (no room in /dev/shm?)"
-    assert equal
+        set_transport("stream")
+
+    def same(a, b):
+        return all(torch.equal(x, y) for r1, r2 in zip(a, b) for x, y in zip(r1["hidden_states"], r2["hidden_states"]))
+
+    equal = {mode: same(out[mode], out["rpc"]) for mode in ("stream", "shm")}
+    ok = all(equal.values()) and used["stream"] == 1 and used["shm"] == 1
+    record_e2e(run.model.name, "streamed and shared-memory hand-offs == RPC reply, bitwise", "pass" if ok else "fail",
+               f"{len(batch)} prompts, {sum(map(len, batch))} tokens over a {budget}-token step, x "
+               f"{len(gen.layer_ids)} layers; batches streamed {used['stream']} (rows regrouped {moved}), "
+               f"shared memory after the last step {used['shm']}; bitwise equal {equal}")
+    assert used["stream"] == 1, "the streamed hand-off was not taken (no room in /dev/shm, or a step not placed?)"
+    assert used["shm"] == 1, "the end-of-batch shared-memory hand-off was not taken"
+    assert equal == {"stream": True, "shm": True}

@@ -51,8 +51,9 @@ def test_a_contract_module_declares_every_part(module):
 
 #: How many arguments each attach site passes (harness.contracts.base.Attach documents them).
 ATTACH_ARITY = {Attach.IMPORT: 0, Attach.ENV: 0, Attach.GENERATOR: 3, Attach.EXECUTOR: 2, Attach.RPC_REPLY: 3,
-                Attach.STEP: 2, Attach.BEFORE_STATES: 2, Attach.WORKER: 1, Attach.WORKER_GLOBALS: 3,
-                Attach.WORKER_AFTER: 1, Attach.WORKER_STATES: 2, Attach.WORKER_RESET: 1}
+                Attach.STEP: 2, Attach.BATCH_START: 2, Attach.WORKER: 1, Attach.WORKER_GLOBALS: 3,
+                Attach.WORKER_AFTER: 1, Attach.WORKER_STATES: 2, Attach.WORKER_ROWS: 3,
+                Attach.WORKER_RESET: 1}
 
 
 def test_every_attach_point_has_its_arity_and_an_applying_site():
