@@ -214,3 +214,30 @@ def test_copy_threads_leave_a_core_per_worker_and_stay_bounded(monkeypatch):
         monkeypatch.setattr(transport.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
         assert transport.copy_threads(workers) == want, (cores, workers)
     assert transport.CopyOut(enabled=False).threads is None  # the benchmark's "before": vLLM's setting
+
+
+def test_streamed_hand_off_places_rows_and_falls_back_whole(tmp_path):
+    """Each step's rows go to their final place (moves out of capture order included); the batch's hand-off is
+    the same bytes as the end-of-batch one; a step that cannot be placed, or a batch with rows missing, hands
+    nothing over this way (the worker then falls back to the end-of-batch hand-off)."""
+    import torch
+
+    from harness.runtime import transport
+
+    layers = 2
+    rows = torch.arange(10 * 4, dtype=torch.float32).reshape(10, 4)
+    # request a: rows 0-5 (6 tokens), b: rows 6-9 (4 tokens); step 1 captures b[0:2] then a[0:4];
+    # step 2 captures a[4:6] then b[2:4].
+    steps = [([rows[6:8], rows[0:4]], [(0, 6, 2), (2, 0, 4)]), ([rows[4:6], rows[8:10]], [(0, 4, 2), (2, 8, 2)])]
+    stream = transport.Stream(transport.Publisher(str(tmp_path)))
+    for parts, moves in steps:
+        captured = torch.cat(parts)
+        stream.step([captured * (k + 1) for k in range(layers)], (10, moves))
+    got = transport.materialize(stream.take())
+    assert [torch.equal(g, rows * (k + 1)) for k, g in enumerate(got)] == [True] * layers
+    assert stream.streamed == 1 and transport._coalesce([(0, 4, 2), (2, 6, 3), (9, 0, 1)]) == [(0, 4, 5), (9, 0, 1)]
+    stream.step([rows[:4]], (10, [(0, 0, 4)]))
+    assert stream.take() is None, "rows missing: no streamed hand-off"
+    stream.step([rows[:4]], None)
+    stream.step([rows[4:]], (10, [(0, 4, 6)]))
+    assert stream.take() is None and stream.streamed == 1, "a step not placed spoils the batch's stream"
