@@ -39,6 +39,46 @@ def worker_procs(real: Any) -> list[tuple[Any, Any]]:
     return [(h, h.proc) for h in handles if getattr(h, "proc", None) is not None]
 
 
+#: How long a worker may take to leave its busy loop once told to stop, before it is sent SIGTERM.
+STOP_GRACE_S = 0.3
+
+
+def stop_workers_promptly(real: Any, grace_s: float = STOP_GRACE_S) -> int:
+    """vLLM's own shutdown steps, with a shorter first wait: close each worker's death pipe (its signal to leave
+    the busy loop), wait up to `grace_s`, then SIGTERM the ones still running; returns how many were sent it.
+
+    vLLM's `shutdown()` closes the pipes and then waits up to 4 s before SIGTERM. A worker leaves its loop at
+    once but then takes ~1.5 s more to exit (its interpreter's teardown); with ~30 engines a run, that wait
+    was ~45 s of the CPU suite (vLLM 0.16, 2 cores: `close()` 1.7-1.9 s -> 0.4 s; no /dev/shm entry left
+    either way). `shutdown()` still follows and finds the workers gone or going (it sends SIGKILL after its own
+    waits). Executors without death pipes are left to `shutdown()` alone.
+    """
+    import os
+    import signal
+    import time
+
+    procs = []
+    for handle, proc in worker_procs(real):
+        writer = getattr(handle, "death_writer", None)
+        if writer is None or not proc.is_alive():
+            continue
+        writer.close()
+        handle.death_writer = None
+        procs.append(proc)
+    deadline = time.monotonic() + grace_s
+    while procs and time.monotonic() < deadline and any(p.is_alive() for p in procs):
+        time.sleep(0.02)
+    termed = 0
+    for proc in procs:
+        if proc.is_alive():
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+                termed += 1
+            except ProcessLookupError:
+                pass
+    return termed
+
+
 def dead_workers(real: Any) -> list[str]:
     """'worker <rank> (pid <pid>) died: killed by SIGKILL' for each worker process of `real` that exited."""
     import signal
@@ -143,7 +183,10 @@ class ExecutorView:
                 return
             self._closed = True
         transport.forget(proc.pid for _, proc in worker_procs(self.real))
-        self.real.shutdown()
+        try:
+            stop_workers_promptly(self.real)
+        finally:
+            self.real.shutdown()
 
     @property
     def closed(self) -> bool:
