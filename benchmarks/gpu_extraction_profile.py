@@ -61,10 +61,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.contracts.base import strip_machine_paths  # noqa: E402 - after the path set-up
+from harness import flops as model_flops  # noqa: E402 - after the path set-up
+from harness.contracts.base import strip_machine_paths  # noqa: E402
 from harness.prompts import random_prompts  # noqa: E402
 
-PEAK_FLOPS = 790e12  # bf16 dense, measured on the project's H200
 KIMI_LAYERS = 8
 KIMI_EXPERTS = 32
 
@@ -103,43 +103,10 @@ def shape_fixture(name: str) -> dict:
 
 
 def flop_model(fixture: dict) -> dict:
-    """Parameters by role (from the harness's weight layout) and the per-token / per-prompt FLOP terms."""
+    """Parameters by role (from the harness's weight layout of the shape) and the attention dimensions."""
     from harness import models
 
-    cfg = fixture["hf_config"]
-    text = cfg.get("text_config", cfg)
-    layout = models.weight_layout(fixture)
-    experts = int(text.get("n_routed_experts") or 0)
-    topk = int(text.get("num_experts_per_tok") or 0)
-    total = embed = head = active = 0
-    for name, shape, _ in layout:
-        n = 1
-        for d in shape:
-            n *= d
-        total += n
-        if "embed_tokens" in name:
-            embed += n
-        elif "lm_head" in name:
-            head += n
-        elif ".experts." in name and experts:
-            active += n * topk / experts
-        else:
-            active += n
-    heads = int(text["num_attention_heads"])
-    if "qk_nope_head_dim" in text:
-        qk = int(text["qk_nope_head_dim"]) + int(text["qk_rope_head_dim"])
-        v = int(text["v_head_dim"])
-    else:
-        qk = v = int(text.get("head_dim") or text["hidden_size"] // heads)
-    return {"params_total": total, "params_embedding": embed, "params_lm_head": head,
-            "params_active_per_token": int(active), "layers": int(text["num_hidden_layers"]), "heads": heads,
-            "qk_dim": qk, "v_dim": v}
-
-
-def call_flops(fm: dict, lengths: list[int]) -> float:
-    tokens = sum(lengths)
-    attention = sum(fm["layers"] * 2 * s * s * fm["heads"] * (fm["qk_dim"] + fm["v_dim"]) / 2 for s in lengths)
-    return 2 * fm["params_active_per_token"] * tokens + attention + 2 * fm["params_lm_head"] * len(lengths)
+    return model_flops.flop_model(fixture["hf_config"], [(n, tuple(shape), "BF16") for n, shape, _ in models.weight_layout(fixture)])
 
 
 class PhaseTimer:
@@ -251,8 +218,8 @@ def measure_native(model, plain, prompts, layer_ids, captured_bytes: int, args, 
         r["native_start_s"] = start_s
         r["plain_tokens_per_s"] = tokens / r["plain_s"]["median"]
         r["native_tokens_per_s"] = tokens / r["extract_s"]["median"]
-        r["plain_mfu"] = flops / r["plain_s"]["median"] / PEAK_FLOPS
-        r["native_mfu"] = flops / r["extract_s"]["median"] / PEAK_FLOPS
+        r["plain_mfu"] = flops / r["plain_s"]["median"] / model_flops.PEAK_FLOPS
+        r["native_mfu"] = flops / r["extract_s"]["median"] / model_flops.PEAK_FLOPS
         r["verdict"] = bench.verdict(r["ratio"])
         r["storage"] = "/dev/shm (tmpfs)" if str(storage).startswith("/dev/shm") else "temp folder (disk)"
         r["native_ids"] = exporter.native_ids
@@ -294,10 +261,10 @@ def measure(args) -> dict:
     prompts = random_prompts(args.prompts, args.min_tokens, args.max_tokens, model.vocab_size, seed=5)
     lengths = [min(len(p), args.max_model_len - 1) for p in prompts]
     tokens = sum(lengths)
-    flops = call_flops(fm, lengths)
+    flops = model_flops.call_flops(fm, lengths)
     out = {"shape": args.shape, "fixture": fixture, "flop_model": fm, "prompts": len(prompts),
            "prompt_tokens": [args.min_tokens, args.max_tokens], "tokens": tokens, "flops_per_call": flops,
-           "peak_flops": PEAK_FLOPS, "checkpoint_build_s": built_s, "shm_free_bytes": shm_free(),
+           "peak_flops": model_flops.PEAK_FLOPS, "checkpoint_build_s": built_s, "shm_free_bytes": shm_free(),
            "gpu": torch.cuda.get_device_name(0), "max_model_len": args.max_model_len}
     backend = args.attention_backend
     if args.native_only:  # plain prefill and vLLM's native export only (ours measured at this shape before)
@@ -352,8 +319,8 @@ def measure(args) -> dict:
             r["phases_median_s"] = {k: statistics.median(p.get(k, 0.0) for p in phases[1:]) for k in phases[-1]}
             r["plain_tokens_per_s"] = tokens / r["plain_s"]["median"]
             r["extract_tokens_per_s"] = tokens / r["extract_s"]["median"]
-            r["plain_mfu"] = flops / r["plain_s"]["median"] / PEAK_FLOPS
-            r["extract_mfu"] = flops / r["extract_s"]["median"] / PEAK_FLOPS
+            r["plain_mfu"] = flops / r["plain_s"]["median"] / model_flops.PEAK_FLOPS
+            r["extract_mfu"] = flops / r["extract_s"]["median"] / model_flops.PEAK_FLOPS
             r["verdict"] = bench.verdict(r["ratio"])
             r["hand_offs"] = gen.executor_view.collective_rpc("_harness_set_transport", args=(r_transport[0],))[0]
             print(f"[{label}] {r['verdict']}; plain {r['plain_tokens_per_s']:.0f} tok/s (MFU "

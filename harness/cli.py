@@ -157,7 +157,8 @@ def cmd_gpu_nightly(args) -> int:
             "--model-path", args.model_path, "--tp", str(args.tp), "--dtype", args.dtype,
             "--gpu-report-dir", args.report_dir]
     for flag, value in (("--layer-ids", args.layer_ids), ("--attention-backend", args.attention_backend),
-                        ("--prompts", args.prompts), ("--gpu-memory-utilization", args.gpu_memory_utilization)):
+                        ("--prompts", args.prompts), ("--gpu-memory-utilization", args.gpu_memory_utilization),
+                        ("--throughput-pairs", args.throughput_pairs)):
         if value is not None:
             argv += [flag, str(value)]
     rc = int(pytest.main(argv + list(args.pytest_args)))
@@ -292,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--attention-backend")
     n.add_argument("--prompts")
     n.add_argument("--gpu-memory-utilization", type=float)
+    n.add_argument("--throughput-pairs", type=int, help="timed calls a side against plain prefill (default 5; 0: none)")
     n.add_argument("--report-dir", default=str(REPO_ROOT / "reports" / "gpu"))
     n.add_argument("--env", default=os.environ.get("HARNESS_ENV", "gpu-nightly"))
     n.add_argument("pytest_args", nargs="*")

@@ -23,7 +23,8 @@ GPU_REPORTS = REPORTS / "gpu"
 #: Stated tolerances (max abs) for a prompt alone vs in a batch, and run to run when not bitwise.
 TOLERANCE = {"float32": 1e-5, "bfloat16": 5e-2, "float16": 1e-2}
 #: Reasons a requested GPU test may skip; any other skip of a requested run is a failure.
-ALLOWED_SKIPS = ("no CUDA device", "fewer GPUs than tensor_parallel_size", "model path", "dry run on CPU")
+ALLOWED_SKIPS = ("no CUDA device", "fewer GPUs than tensor_parallel_size", "model path", "dry run on CPU",
+                 "throughput not asked for")
 
 
 @dataclass
@@ -38,6 +39,7 @@ class TierConfig:
     gpu_memory_utilization: float = 0.8  # speculators' default
     max_model_len: int = 2048
     allow_cpu: bool = False  # dry runs of the tier's code on a CPU build (never the default)
+    throughput_pairs: int = 5  # extraction against plain prefill, this many timed calls a side (0: not measured)
 
     @classmethod
     def from_env(cls, **given) -> "TierConfig":
@@ -53,6 +55,7 @@ class TierConfig:
             "gpu_memory_utilization": float(env("HARNESS_GPU_MEMORY_UTILIZATION", "0.8")),
             "max_model_len": int(env("HARNESS_GPU_MAX_MODEL_LEN", "2048")),
             "allow_cpu": env("HARNESS_GPU_DRY_RUN_ON_CPU") == "1",
+            "throughput_pairs": int(env("HARNESS_GPU_THROUGHPUT_PAIRS", "5")),
         }
         values.update({k: v for k, v in given.items() if v is not None})
         return cls(**values)

@@ -42,6 +42,13 @@ def markdown(rep: dict) -> str:
         t = rep["throughput"]
         lines += ["", f"Throughput: {t['tokens']} tokens in {t['seconds']:.3f} s = {t['tokens_per_s']:.0f} tokens/s "
                   f"(steady call; first call {t['first_call_s']:.3f} s)."]
+    if rep.get("throughput_vs_prefill"):
+        t = rep["throughput_vs_prefill"]
+        lines += ["", f"Against plain prefill ({t['mode']}, {t['pairs']} calls a side, {t['tokens']} tokens): plain "
+                  f"{t['plain_tokens_per_s']:.0f} tok/s (MFU {t['plain_mfu']:.1%} a GPU), extraction "
+                  f"{t['extract_tokens_per_s']:.0f} tok/s (MFU {t['extract_mfu']:.1%} a GPU): {t['verdict']}. "
+                  f"MFU: harness.flops ({t['flop_model']['params_active_per_token'] / 1e9:.2f}B active parameters a "
+                  f"token, {t['peak_flops'] / 1e12:.0f} TFLOP/s a GPU)."]
     if rep.get("peak_memory_bytes_per_rank"):
         lines.append("Peak GPU memory per rank (torch allocated): " + ", ".join(
             f"{b / 2**30:.2f} GiB" for b in rep["peak_memory_bytes_per_rank"] if b is not None))

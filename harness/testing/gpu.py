@@ -16,7 +16,8 @@ def gpu_config(config):
         layer_ids=[int(x) for x in layer_ids.split(",")] if layer_ids else None, dtype=config.getoption("--dtype"),
         prompts_file=config.getoption("--prompts"), report_dir=config.getoption("--gpu-report-dir"),
         attention_backend=config.getoption("--attention-backend"),
-        gpu_memory_utilization=config.getoption("--gpu-memory-utilization"))
+        gpu_memory_utilization=config.getoption("--gpu-memory-utilization"),
+        throughput_pairs=config.getoption("--throughput-pairs"))
 
 
 def gpus_on_this_host() -> int:

@@ -49,3 +49,5 @@ def pytest_addoption(parser):
     gpu.addoption("--gpu-report-dir", help="where the dated report goes (env HARNESS_GPU_REPORT_DIR; default reports/gpu)")
     gpu.addoption("--attention-backend", help="e.g. TRITON_MLA (env HARNESS_GPU_ATTENTION_BACKEND; default vLLM's)")
     gpu.addoption("--gpu-memory-utilization", type=float, help="(env HARNESS_GPU_MEMORY_UTILIZATION; default 0.8)")
+    gpu.addoption("--throughput-pairs", type=int, help="timed calls a side of extraction vs plain prefill, 0: none "
+                                                       "(env HARNESS_GPU_THROUGHPUT_PAIRS, default 5)")

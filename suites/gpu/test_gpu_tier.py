@@ -133,6 +133,86 @@ def test_fewer_gpus_than_tp_is_a_clear_error(tier):
         HarnessGenerator(tier.cfg.model_path, tensor_parallel_size=have + 1)
 
 
+def _plain_engine(tier):
+    """Plain vLLM on the tier's checkpoint with the tier's TP, dtype, length, memory share and attention backend,
+    and speculators' scheduler limits (harness.bench.plain_llm)."""
+    from vllm import EngineArgs
+
+    from harness import bench
+    from harness.runtime.generator import attention_backend_kwargs, text_only_kwargs
+
+    cfg, kwargs = tier.cfg, {}
+    hf = tier.model.hf_config
+    if "text_config" in hf and "vision_config" in hf:  # as the tier's generator is run (conftest._options)
+        kwargs.update(text_only_kwargs(EngineArgs))
+    if cfg.attention_backend:
+        kwargs.update(attention_backend_kwargs(cfg.attention_backend))
+    return bench.plain_llm(cfg.model_path, cfg.dtype, cfg.max_model_len, tensor_parallel_size=cfg.tp,
+                           gpu_memory_utilization=cfg.gpu_memory_utilization, trust_remote_code=True, **kwargs)
+
+
+def test_throughput_against_plain_prefill(tier):
+    """Extraction against plain vLLM prefill (`LLM.generate(max_tokens=1)`) on the tier's checkpoint and prompts, with
+    the model FLOP utilisation of each (harness.flops): the figures the GPU benchmark gives at the generated
+    shapes, for the real checkpoint of the nightly. Where both engines fit (memory share <= 0.45 each) they are
+    timed in interleaved pairs (harness.bench.paired); else (Kimi-K2.5 at TP=8) one after the other: ours, then
+    the tier's generator is closed and plain vLLM started in its place (`mode` says which; a ratio of medians
+    then). Recorded, never asserted: the test fails only if a side cannot be measured."""
+    from harness import bench, flops
+
+    cfg = tier.cfg
+    if cfg.throughput_pairs < 1:
+        pytest.skip("throughput not asked for (--throughput-pairs 0)")
+    if cfg.allow_cpu:
+        pytest.skip("dry run on CPU: no throughput on a CPU build")
+    gen, prompts = tier.generator, tier.prompts
+    lengths = [len(p) for p in prompts]
+    fm = flops.checkpoint_flop_model(cfg.model_path)
+    per_call = flops.call_flops(fm, lengths)
+    pairs = cfg.throughput_pairs
+    ours = lambda: gen.generate(prompts)  # noqa: E731
+    llm = None
+    try:
+        if cfg.gpu_memory_utilization <= 0.45:
+            mode = "paired (both engines alive, interleaved)"
+            llm = _plain_engine(tier)
+            r = bench.paired(bench.prefill_call(llm, prompts), ours, pairs=pairs)
+        else:
+            mode = "sequential (two engines do not fit: ours timed, closed, then plain vLLM in its place)"
+            ours()  # warm-up (the tier's earlier calls were its own checks)
+            extract = [_timed(ours) for _ in range(pairs)]
+            tier.close()
+            llm = _plain_engine(tier)
+            plain = bench.prefill_call(llm, prompts)
+            plain()
+            times = [_timed(plain) for _ in range(pairs)]
+            r = {"plain_s": bench.spread(times), "extract_s": bench.spread(extract)}
+            r["ratio"] = bench.spread([r["plain_s"]["median"] / r["extract_s"]["median"]])
+            r["ratio"].update(min=min(times) / max(extract), max=max(times) / min(extract))
+    finally:
+        if llm is not None:
+            bench.shutdown(llm)
+    tokens = sum(lengths)
+    out = {"mode": mode, "pairs": pairs, "tokens": tokens, "prompts": len(prompts), "flop_model": fm,
+           "flops_per_call": per_call, "peak_flops": flops.PEAK_FLOPS,
+           "plain_tokens_per_s": tokens / r["plain_s"]["median"], "extract_tokens_per_s": tokens / r["extract_s"]["median"],
+           "plain_mfu": flops.mfu(per_call, r["plain_s"]["median"]) / cfg.tp,
+           "extract_mfu": flops.mfu(per_call, r["extract_s"]["median"]) / cfg.tp,
+           "ratio": r["ratio"], "plain_s": r["plain_s"], "extract_s": r["extract_s"], "verdict": bench.verdict(r["ratio"])}
+    tier.facts["throughput_vs_prefill"] = out
+    measured = all(v > 0 for v in r["plain_s"]["all"] + r["extract_s"]["all"])
+    _check(tier, "extraction vs plain prefill measured (speed recorded, not asserted)", measured,
+           f"{out['verdict']}; {mode}; plain {out['plain_tokens_per_s']:.0f} tok/s (MFU {out['plain_mfu']:.1%} a GPU), "
+           f"extraction {out['extract_tokens_per_s']:.0f} tok/s (MFU {out['extract_mfu']:.1%} a GPU)")
+    assert measured
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def test_zz_shutdown_leaves_no_process(tier):
     import psutil
 
