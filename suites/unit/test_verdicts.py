@@ -241,3 +241,25 @@ def test_streamed_hand_off_places_rows_and_falls_back_whole(tmp_path):
     stream.step([rows[:4]], None)
     stream.step([rows[4:]], (10, [(0, 4, 6)]))
     assert stream.take() is None and stream.streamed == 1, "a step not placed spoils the batch's stream"
+
+
+def test_flop_model_counts_a_checkpoint_by_its_headers_as_the_layout_says(tmp_path):
+    """harness.flops counts a real checkpoint from its safetensors headers: on the generated tiny Llama and
+    Kimi-K2.5 that equals the count from the harness's own weight layout; a packed int4 weight counts its
+    unpacked values, quantization scales count nothing, routed experts count top-k of n."""
+    import json
+
+    from harness import flops, models
+
+    for name in ("tiny-llama", "tiny-kimi-k25"):
+        m = models.build(name)
+        layout = [(n, tuple(s), "BF16") for n, s, _ in models.weight_layout(models.load_fixture(name))]
+        assert flops.checkpoint_flop_model(m.path) == flops.flop_model(m.hf_config, layout), name
+    cfg = {"num_attention_heads": 2, "hidden_size": 8, "num_hidden_layers": 1, "n_routed_experts": 4,
+           "num_experts_per_tok": 2, "quantization_config": {"config_groups": {"g": {"weights": {"num_bits": 4}}}}}
+    tensors = [("model.layers.0.mlp.experts.0.up.weight_packed", (8, 1), "I32"),
+               ("model.layers.0.mlp.experts.0.up.weight_scale", (8, 1), "BF16"),
+               ("model.layers.0.self_attn.q.weight", (8, 8), "BF16"), ("lm_head.weight", (10, 8), "BF16")]
+    fm = flops.flop_model(json.loads(json.dumps(cfg)), tensors)
+    assert fm["params_active_per_token"] == 64 + 8 * 8 * 2 // 4 and fm["params_lm_head"] == 80
+    assert flops.call_flops(fm, [3]) == 2 * fm["params_active_per_token"] * 3 + 1 * 2 * 9 * 2 * 8 / 2 + 2 * 80
