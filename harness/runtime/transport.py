@@ -176,7 +176,7 @@ class Stream:
     def take(self) -> SharedStates | None:
         """The batch's hand-off once every row of it is in place (after the last copy ends); else None."""
         complete = not self.failed and self.views is not None and self.placed == self.total
-        if complete and self.side is not None:
+        if self.side is not None:  # also when incomplete: the fallback then writes the same buffer
             self.side.synchronize()
         handle = self.publisher.handle(self.layout) if complete else None
         self.streamed += bool(complete)
