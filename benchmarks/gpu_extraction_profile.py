@@ -147,18 +147,11 @@ def start_ours(model, max_model_len: int, share: float, backend: str | None):
 
 
 def start_plain(model, max_model_len: int, share: float, backend: str | None):
-    from vllm import EngineArgs
-
     from harness import bench
-    from harness.runtime.generator import attention_backend_kwargs, text_only_kwargs
 
-    kwargs = {}
-    if (model.run_options or {}).get("language_model_only"):
-        kwargs.update(text_only_kwargs(EngineArgs))
-    if backend:
-        kwargs.update(attention_backend_kwargs(backend))
-    return bench.plain_llm(model.path, "bfloat16", max_model_len, gpu_memory_utilization=share,
-                           trust_remote_code=True, **kwargs)
+    return bench.plain_engine(model.path, "bfloat16", max_model_len, gpu_memory_utilization=share,
+                              language_model_only=bool((model.run_options or {}).get("language_model_only")),
+                              attention_backend=backend)
 
 
 def start_native(model, layer_ids: list[int], max_model_len: int, share: float, backend: str | None, storage):
@@ -308,10 +301,7 @@ def measure(args) -> dict:
 
         plain = bench.prefill_call(llm, prompts)
 
-        r_transport = ["stream"]
-
         def one_round(label: str, transport_mode: str = "stream") -> dict:
-            r_transport[0] = transport_mode
             gen.executor_view.collective_rpc("_harness_set_transport", args=(transport_mode,))
             phases.clear()
             torch.cuda.reset_peak_memory_stats()
@@ -322,7 +312,7 @@ def measure(args) -> dict:
             r["plain_mfu"] = flops / r["plain_s"]["median"] / model_flops.PEAK_FLOPS
             r["extract_mfu"] = flops / r["extract_s"]["median"] / model_flops.PEAK_FLOPS
             r["verdict"] = bench.verdict(r["ratio"])
-            r["hand_offs"] = gen.executor_view.collective_rpc("_harness_set_transport", args=(r_transport[0],))[0]
+            r["hand_offs"] = gen.executor_view.collective_rpc("_harness_set_transport", args=(transport_mode,))[0]
             print(f"[{label}] {r['verdict']}; plain {r['plain_tokens_per_s']:.0f} tok/s (MFU "
                   f"{r['plain_mfu']:.1%}), extraction {r['extract_tokens_per_s']:.0f} tok/s (MFU {r['extract_mfu']:.1%})")
             for k, v in r["phases_median_s"].items():

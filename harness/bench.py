@@ -58,6 +58,26 @@ def paired(plain, extract, pairs: int = 5, warmup: int = 1) -> dict:
             "ratio": spread(ratios)}
 
 
+def timed(fn, calls: int, warmup: int = 1) -> list[float]:
+    """Seconds of `calls` calls of `fn` after `warmup` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def unpaired(plain_s: list[float], extract_s: list[float]) -> dict:
+    """`paired`'s result for sides timed one after the other (the engines do not fit side by side): the ratio of
+    the medians, its min and max the extremes of any pairing (slowest plain over fastest extraction and back)."""
+    ratio = spread([statistics.median(plain_s) / statistics.median(extract_s)])
+    ratio.update(min=min(plain_s) / max(extract_s), max=max(plain_s) / min(extract_s))
+    return {"pairs": len(plain_s), "plain_s": spread(plain_s), "extract_s": spread(extract_s), "ratio": ratio}
+
+
 def verdict(ratio: dict, goal: float = GOAL) -> str:
     """One line: the median ratio with its spread, against the goal."""
     met = "meets" if ratio["median"] >= goal else "below"
@@ -72,6 +92,21 @@ def plain_llm(path, dtype: str, max_model_len: int, **kwargs):
     return LLM(model=str(path), dtype=dtype, max_model_len=max_model_len, enforce_eager=True,
                enable_prefix_caching=False, max_num_seqs=MAX_NUM_SEQS,
                max_num_batched_tokens=max(MIN_BATCHED_TOKENS, max_model_len), seed=0, **kwargs)
+
+
+def plain_engine(path, dtype: str, max_model_len: int, *, language_model_only: bool = False,
+                 attention_backend: str | None = None, **kwargs):
+    """`plain_llm` run as the harness runs the same checkpoint: its text model only where the generator is told so
+    (a multimodal checkpoint such as Kimi-K2.5), the attention backend asked for, remote code trusted."""
+    from vllm import EngineArgs
+
+    from harness.runtime.generator import attention_backend_kwargs, text_only_kwargs
+
+    if language_model_only:
+        kwargs.update(text_only_kwargs(EngineArgs))
+    if attention_backend:
+        kwargs.update(attention_backend_kwargs(attention_backend))
+    return plain_llm(path, dtype, max_model_len, trust_remote_code=True, **kwargs)
 
 
 def prefill_call(llm, batch):

@@ -46,6 +46,21 @@ def _dtype(name: str):
     return getattr(torch, name.replace("torch.", ""))
 
 
+def _pack(entries) -> tuple[list, int]:
+    """Layout of tensors placed one after another, each aligned: (dtype name, shape, offset, nbytes) per
+    (dtype, shape, nbytes) entry, and the bytes they take."""
+    layout, offset = [], 0
+    for dtype, shape, n in entries:
+        layout.append((str(dtype), tuple(shape), offset, n))
+        offset += -(-n // ALIGN) * ALIGN
+    return layout, max(offset, ALIGN)
+
+
+def _views(buf, layout) -> list:
+    """The tensors a layout names, as views of the byte buffer."""
+    return [buf[off:off + n].view(_dtype(dtype)).view(shape) for dtype, shape, off, n in layout]
+
+
 class Publisher:
     """Worker side: one reusable shared-memory buffer, grown on demand."""
 
@@ -71,16 +86,12 @@ class Publisher:
         return self.buf
 
     def publish(self, states: list) -> SharedStates | None:
-        layout, offset = [], 0
-        for h in states:
-            n = h.numel() * h.element_size()
-            layout.append((str(h.dtype), tuple(h.shape), offset, n))
-            offset += -(-n // ALIGN) * ALIGN
-        buf = self._buffer(max(offset, ALIGN))
+        layout, total = _pack((h.dtype, h.shape, h.numel() * h.element_size()) for h in states)
+        buf = self._buffer(total)
         if buf is None:
             return None
-        for h, (_, shape, off, n) in zip(states, layout):
-            buf[off:off + n].view(h.dtype).view(shape).copy_(h)
+        for h, view in zip(states, _views(buf, layout)):
+            view.copy_(h)
         if states and states[0].is_cuda:
             import torch
 
@@ -151,17 +162,11 @@ class Stream:
         self.placed += sum(n for _, _, n in moves)
 
     def _allocate(self, total: int, states: list) -> bool:
-        layout, offset = [], 0
-        for h in states:
-            shape = (total, *h.shape[1:])
-            n = total * h[:1].numel() * h.element_size()
-            layout.append((str(h.dtype), shape, offset, n))
-            offset += -(-n // ALIGN) * ALIGN
-        buf = self.publisher._buffer(max(offset, ALIGN))
+        layout, size = _pack((h.dtype, (total, *h.shape[1:]), total * h[:1].numel() * h.element_size()) for h in states)
+        buf = self.publisher._buffer(size)
         if buf is None:
             return False
-        self.total, self.layout = total, layout
-        self.views = [buf[off:off + n].view(h.dtype).view(shape) for h, (_, shape, off, n) in zip(states, layout)]
+        self.total, self.layout, self.views = total, layout, _views(buf, layout)
         return True
 
     def _copy_async(self, states: list, moves: list) -> None:
@@ -226,7 +231,7 @@ def receive(handle: SharedStates) -> list:
         os.unlink(handle.path)
         buf = torch.empty(0, dtype=torch.uint8).set_(storage)
         _MAPPED[pid] = (handle.path, buf)
-    return [buf[off:off + n].view(_dtype(dtype)).view(shape) for dtype, shape, off, n in handle.layout]
+    return _views(buf, handle.layout)
 
 
 def forget(pids) -> None:

@@ -41,6 +41,12 @@ class TierRun:
     closed: bool = False
 
     @property
+    def language_model_only(self) -> bool:
+        """A multimodal checkpoint (Kimi-K2.5) runs its text model only, in the generator and in plain vLLM alike."""
+        hf = self.model.hf_config
+        return "text_config" in hf and "vision_config" in hf
+
+    @property
     def hidden_size(self) -> int:
         return int(self.text_config["hidden_size"])
 
@@ -59,11 +65,10 @@ class TierRun:
             self.closed = True
 
 
-def _options(cfg, hf_config: dict):
+def _options(cfg, language_model_only: bool):
     from harness.runtime.generator import Options
 
-    multimodal = "text_config" in hf_config and "vision_config" in hf_config
-    return Options(dtype=cfg.dtype, attention_backend=cfg.attention_backend, language_model_only=multimodal)
+    return Options(dtype=cfg.dtype, attention_backend=cfg.attention_backend, language_model_only=language_model_only)
 
 
 @pytest.fixture(scope="session")
@@ -92,7 +97,7 @@ def tier(request):
     t0 = time.perf_counter()
     run.generator, start, run.facts["mla_disabled"], mla_start = mla.start(run.model, lambda: HarnessGenerator(
         cfg.model_path, cfg.layer_ids, max_model_len=cfg.max_model_len, gpu_memory_utilization=cfg.gpu_memory_utilization,
-        tensor_parallel_size=cfg.tp, options=_options(cfg, hf)), cfg.attention_backend)
+        tensor_parallel_size=cfg.tp, options=_options(cfg, run.language_model_only)), cfg.attention_backend)
     if not start.ok:
         raise RuntimeError(f"the shimmed generator did not start on {cfg.model_path}: {start.text}")
     run.mla = mla.probe(run.model.subject, tc, run.facts["mla_disabled"], start, cfg.attention_backend, mla_start)

@@ -134,21 +134,14 @@ def test_fewer_gpus_than_tp_is_a_clear_error(tier):
 
 
 def _plain_engine(tier):
-    """Plain vLLM on the tier's checkpoint with the tier's TP, dtype, length, memory share and attention backend,
-    and speculators' scheduler limits (harness.bench.plain_llm)."""
-    from vllm import EngineArgs
-
+    """Plain vLLM on the tier's checkpoint as the tier's generator runs it (TP, dtype, length, memory share,
+    attention backend, text model only for a multimodal checkpoint), with speculators' scheduler limits."""
     from harness import bench
-    from harness.runtime.generator import attention_backend_kwargs, text_only_kwargs
 
-    cfg, kwargs = tier.cfg, {}
-    hf = tier.model.hf_config
-    if "text_config" in hf and "vision_config" in hf:  # as the tier's generator is run (conftest._options)
-        kwargs.update(text_only_kwargs(EngineArgs))
-    if cfg.attention_backend:
-        kwargs.update(attention_backend_kwargs(cfg.attention_backend))
-    return bench.plain_llm(cfg.model_path, cfg.dtype, cfg.max_model_len, tensor_parallel_size=cfg.tp,
-                           gpu_memory_utilization=cfg.gpu_memory_utilization, trust_remote_code=True, **kwargs)
+    cfg = tier.cfg
+    return bench.plain_engine(cfg.model_path, cfg.dtype, cfg.max_model_len, tensor_parallel_size=cfg.tp,
+                              gpu_memory_utilization=cfg.gpu_memory_utilization, attention_backend=cfg.attention_backend,
+                              language_model_only=tier.language_model_only)
 
 
 def test_throughput_against_plain_prefill(tier):
@@ -179,16 +172,10 @@ def test_throughput_against_plain_prefill(tier):
             r = bench.paired(bench.prefill_call(llm, prompts), ours, pairs=pairs)
         else:
             mode = "sequential (two engines do not fit: ours timed, closed, then plain vLLM in its place)"
-            ours()  # warm-up (the tier's earlier calls were its own checks)
-            extract = [_timed(ours) for _ in range(pairs)]
+            extract = bench.timed(ours, pairs)
             tier.close()
             llm = _plain_engine(tier)
-            plain = bench.prefill_call(llm, prompts)
-            plain()
-            times = [_timed(plain) for _ in range(pairs)]
-            r = {"plain_s": bench.spread(times), "extract_s": bench.spread(extract)}
-            r["ratio"] = bench.spread([r["plain_s"]["median"] / r["extract_s"]["median"]])
-            r["ratio"].update(min=min(times) / max(extract), max=max(times) / min(extract))
+            r = bench.unpaired(bench.timed(bench.prefill_call(llm, prompts), pairs), extract)
     finally:
         if llm is not None:
             bench.shutdown(llm)
@@ -205,12 +192,6 @@ def test_throughput_against_plain_prefill(tier):
            f"{out['verdict']}; {mode}; plain {out['plain_tokens_per_s']:.0f} tok/s (MFU {out['plain_mfu']:.1%} a GPU), "
            f"extraction {out['extract_tokens_per_s']:.0f} tok/s (MFU {out['extract_mfu']:.1%} a GPU)")
     assert measured
-
-
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def test_zz_shutdown_leaves_no_process(tier):

@@ -263,3 +263,15 @@ def test_flop_model_counts_a_checkpoint_by_its_headers_as_the_layout_says(tmp_pa
     fm = flops.flop_model(json.loads(json.dumps(cfg)), tensors)
     assert fm["params_active_per_token"] == 64 + 8 * 8 * 2 // 4 and fm["params_lm_head"] == 80
     assert flops.call_flops(fm, [3]) == 2 * fm["params_active_per_token"] * 3 + 1 * 2 * 9 * 2 * 8 / 2 + 2 * 80
+
+
+def test_unpaired_timing_gives_the_ratio_of_medians_and_the_extreme_pairings():
+    """Sides timed one after the other (engines that do not fit together): `paired`'s shape, the ratio of the
+    medians, min and max from the slowest and fastest calls of each side; `timed` runs its warm-up untimed."""
+    from harness import bench
+
+    r = bench.unpaired([2.0, 4.0, 3.0], [1.0, 2.0, 4.0])
+    assert r["ratio"]["median"] == 3.0 / 2.0 and r["ratio"]["min"] == 2.0 / 4.0 and r["ratio"]["max"] == 4.0 / 1.0
+    assert r["plain_s"]["median"] == 3.0 and r["extract_s"]["all"] == [1.0, 2.0, 4.0] and r["pairs"] == 3
+    calls = []
+    assert len(bench.timed(lambda: calls.append(1), 4, warmup=2)) == 4 and len(calls) == 6
