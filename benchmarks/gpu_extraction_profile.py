@@ -27,13 +27,18 @@ results equal the streamed hand-off's bit for bit. `--before` first times the pa
 unoptimised copy-out (`harness.runtime.transport.CopyOut(enabled=False)`: speculators' per-prompt copies on the one
 torch thread vLLM leaves the caller, into fresh pages), then as shipped.
 
+`--gpu-profile` traces one call per hand-off in the worker (torch profiler, summarised there by
+harness.gpu_trace: kernel time per stream, idle gaps, copies and whether their host memory was pinned, the host's
+CUDA runtime calls).
+
 `--native` then closes ours and times vLLM's own export (`extract_hidden_states` + `ExampleHiddenStatesConnector`,
 harness.native.engine.NativeExporter, the same layers in vLLM's convention, bf16) against the same plain engine, in
 the same interleaved pairs: a call is `LLM.generate` until every file is written (each request's file complete,
 its `.lock` released where the writer makes one), the files removed after; they go to /dev/shm where it has room
 for a call's states (the write is then memory bandwidth, as ours is), else to the temp folder (`native.storage`).
 `--native-only` starts no extraction engine (plain and native only: at the Kimi width three engine start-ups and
-the checkpoint build do not fit one call).
+the checkpoint build do not fit one call); `--layer-ids` then names the layers (speculators' convention), e.g. four
+that leave out the last one, whose id the DeepseekV3 family does not export on vLLM 0.20.
 
 MFU: model FLOPs = 2 x (non-embedding parameters active per token) x tokens + causal attention
 (per layer and prompt of s tokens: 2 x s^2 x heads x (qk_dim + v_dim) / 2 x 2, i.e. QK^T and PV, half
@@ -64,6 +69,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import flops as model_flops  # noqa: E402 - after the path set-up
 from harness.contracts.base import strip_machine_paths  # noqa: E402
 from harness.prompts import random_prompts  # noqa: E402
+
+#: Environment variables that change what is measured, recorded in the report beside every VLLM_* one.
+RECORDED_ENV = ("THP_MEM_ALLOC_ENABLE", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF")
 
 KIMI_LAYERS = 8
 KIMI_EXPERTS = 32
@@ -240,6 +248,30 @@ def bitwise(gen, prompts, modes: list[str]) -> dict:
     return out
 
 
+def gpu_profile(gen, prompts, mode: str) -> dict:
+    """One call with hand-off `mode` under the torch profiler in the worker (harness.gpu_trace); its summary."""
+    from harness import gpu_trace
+
+    view = gen.executor_view
+    view.collective_rpc("_harness_set_transport", args=(mode,))
+    gen.generate(prompts)  # the mode's first call after a switch is not the one traced
+    view.collective_rpc("_harness_call", args=(gpu_trace.start,))
+    t = time.perf_counter()
+    gen.generate(prompts)
+    wall = time.perf_counter() - t
+    summary = view.collective_rpc("_harness_call", args=(gpu_trace.stop,))[0]
+    view.collective_rpc("_harness_set_transport", args=("stream",))
+    summary["call_s"] = wall
+    print(f"[gpu profile, hand-off {mode!r}] call {wall * 1e3:.1f} ms (traced)")
+    for sid, s in summary["streams"].items():
+        print(f"    stream {sid}: {s['kernels']} kernels {s['kernel_ms']:.1f} ms, covered {s['covered_ms']:.1f} ms, "
+              f"span {s['span_ms']:.1f} ms, idle {s['idle_ms']:.1f} ms; copies "
+              + ", ".join(f"{n} x{c['count']} {c['ms']:.1f} ms {c['bytes'] / 2**20:.0f} MiB" for n, c in s["copies"].items()))
+    for name, r in list(summary["runtime"].items())[:8]:
+        print(f"    {name:40s} x{r['count']:6d} {r['ms']:9.1f} ms (longest {r['max_ms']:.2f} ms)")
+    return summary
+
+
 def measure(args) -> dict:
     import torch
 
@@ -266,7 +298,7 @@ def measure(args) -> dict:
         try:
             out["plain_start_s"] = time.perf_counter() - t0
             text = fixture["hf_config"].get("text_config", fixture["hf_config"])
-            ids = speculators_default_ids(fm["layers"])
+            ids = args.layer_ids or speculators_default_ids(fm["layers"])
             estimate = tokens * len(ids) * int(text["hidden_size"]) * 4  # float32 at most: where the files can go
             out["native"] = measure_native(model, bench.prefill_call(llm, prompts), prompts, ids, estimate, args,
                                            tokens, flops)
@@ -348,6 +380,8 @@ def measure(args) -> dict:
             pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(30)
             out["cprofile_top"] = [strip_machine_paths(line) for line in s.getvalue().splitlines()[:80]]
             print("\n".join(out["cprofile_top"][:45]))
+        if args.gpu_profile:
+            out["gpu_profile"] = {m: gpu_profile(gen, prompts, m) for m in ["stream", *args.transports]}
         if args.native:
             layer_ids = list(gen.layer_ids)
             gen.__exit__(None, None, None)  # two engines at a time: ours is measured, the native export takes its place
@@ -378,10 +412,15 @@ def main() -> int:
     p.add_argument("--before", action="store_true", help="first time the unoptimised copy-out (CopyOut off)")
     p.add_argument("--transports", type=lambda v: [x for x in v.split(",") if x], default=[],
                    help="after the shipped round, one round with each earlier hand-off (shm, rpc) and a bitwise check")
+    p.add_argument("--gpu-profile", action="store_true",
+                   help="one traced call per hand-off (shipped and --transports): the worker's GPU time by stream")
     p.add_argument("--native", action="store_true", help="then time vLLM's native export against plain prefill")
     p.add_argument("--native-only", action="store_true", help="plain prefill and the native export only (no ours)")
+    p.add_argument("--layer-ids", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                   help="with --native-only: speculators' layer ids to export (default: speculators' own choice)")
     args = p.parse_args()
     out = measure(args)
+    out["environment"] = {k: v for k, v in os.environ.items() if k in RECORDED_ENV or k.startswith("VLLM_")}
     out["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
                                         "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")

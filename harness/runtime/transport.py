@@ -116,14 +116,17 @@ class Stream:
     host (at Kimi-K2.5's width, 5.6 GiB a call: 0.12 s on the H200 after a 1.9 s forward). Here every step's
     rows are copied, on a side CUDA stream, straight to their final place in the publisher's buffer: per
     layer, one [total rows, hidden] block, rows where the contract that orders them says (`Attach.WORKER_ROWS`,
-    which also gives the batch's total). At the end only the last step's copy is waited for. The bytes and
-    their places are those of the end-of-batch hand-off (a test compares both ways bit for bit). Where a step
-    cannot be placed, or the buffer cannot be had, the batch falls back to the end-of-batch hand-off.
-    Off CUDA the copies are synchronous (same result, no overlap).
+    which also gives the batch's total). The bytes and their places are those of the end-of-batch hand-off (a
+    test compares both ways bit for bit). Where a step cannot be placed, or the buffer cannot be had, the batch
+    falls back to the end-of-batch hand-off. Off CUDA the copies are synchronous (same result, no overlap).
 
-    Measured on the H200 (vLLM 0.20, `benchmarks/gpu_extraction_profile.py --transports shm`, same engines):
-    at the Kimi width the hand-off went from 116 ms to 1 ms, but the forward grew by ~80 ms while the copies
-    ran beside it, so extraction went from 0.81x to 0.83x plain prefill; at 1.4B from 0.98x to 1.16x.
+    A step's copies are queued when the next step starts (`flush`, called before each `execute_model`), not
+    when its forward ends: queued at once, they went to the device-to-host copy engine ahead of vLLM's own
+    small copy of that step's sampled tokens, which the host waits for before it schedules the next step, so
+    every step waited for ~0.4 GiB to cross first. Traced on the H200 at the Kimi width (vLLM 0.20,
+    `benchmarks/gpu_extraction_profile.py --gpu-profile`): kernel time was the same either way, but the compute
+    stream sat idle 192 ms a call between steps against 91 ms with the end-of-batch hand-off; the forward
+    took 1960 ms against 1881 ms. After the last step only that step's copies are waited for (`take`).
     """
 
     def __init__(self, publisher: Publisher):
@@ -133,7 +136,11 @@ class Stream:
         self.begin()
 
     def begin(self) -> None:
-        """A new batch: nothing placed yet."""
+        """A new batch: nothing placed yet (copies of an earlier batch still queued are waited for: their source
+        tensors are about to be dropped)."""
+        if self.side is not None:
+            self.side.synchronize()
+        self.pending = None  # the last forward's (states, moves, ready event), queued at the next flush
         self.views: list | None = None
         self.layout: list = []
         self.total = self.placed = 0
@@ -154,7 +161,10 @@ class Stream:
             return
         moves = _coalesce(placement[1])
         if states[0].is_cuda:
-            self._copy_async(states, moves)
+            import torch
+
+            self.flush()
+            self.pending = (states, moves, torch.cuda.current_stream().record_event())
         else:
             for h, view in zip(states, self.views):
                 for src, dst, n in moves:
@@ -169,12 +179,16 @@ class Stream:
         self.total, self.layout, self.views = total, layout, _views(buf, layout)
         return True
 
-    def _copy_async(self, states: list, moves: list) -> None:
+    def flush(self) -> None:
+        """Queue the last forward's copies on the side stream (they start once that forward's states are ready)."""
+        if self.pending is None:
+            return
         import torch
 
+        states, moves, ready = self.pending
+        self.pending = None
         if self.side is None:
             self.side = torch.cuda.Stream()
-        ready = torch.cuda.current_stream().record_event()
         with torch.cuda.stream(self.side):
             self.side.wait_event(ready)
             for h, view in zip(states, self.views):
@@ -185,6 +199,8 @@ class Stream:
     def take(self) -> SharedStates | None:
         """The batch's hand-off once every row of it is in place (after the last copy ends); else None."""
         complete = not self.failed and self.views is not None and self.placed == self.total
+        if complete:
+            self.flush()
         if self.side is not None:  # also when incomplete: the fallback then writes the same buffer
             self.side.synchronize()
         handle = self.publisher.handle(self.layout) if complete else None

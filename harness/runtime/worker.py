@@ -78,13 +78,16 @@ def setup_capture(worker, layer_ids, disabled: frozenset) -> dict:
 
 
 def stream_each_step(worker) -> None:
-    """After every `execute_model`, hand the forward's captured rows to the worker's stream (outermost wrapper,
-    once per worker). Not a contract: how the states travel, see harness.runtime.transport.Stream."""
+    """After every `execute_model`, hand the forward's captured rows to the worker's stream, and before it queue
+    the previous forward's copies (outermost wrapper, once per worker). Not a contract: how the states travel,
+    see harness.runtime.transport.Stream."""
     if worker.__dict__.get("_harness_streaming"):
         return
     inner = worker.execute_model
 
     def execute_model(scheduler_output, *args, **kwargs):
+        if worker._harness_stream is not None:  # the previous step's copies, behind vLLM's own for that step
+            worker._harness_stream.flush()
         captured = getattr(worker, "_captured_states", None)
         before = len(captured[0]) if captured else 0
         out = inner(scheduler_output, *args, **kwargs)
