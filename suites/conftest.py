@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-pytest_plugins = ["harness.testing.plugin"]
+pytest_plugins = ["harness.testing.plugin", "harness.testing.ahead"]
 
 @dataclass
 class ModelRun:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.processes import children, reap
+from harness.processes import children, owned_by_jobs, reap
 from harness.testing.collector import COLLECTOR, E2E, META, NOTE, OBS, PROOF, STARTS, Collector
 from harness.testing.recording import NA_PREFIX, observe_only
 
@@ -97,7 +97,7 @@ def pytest_configure(config):
 
     def on_term(signum, frame):
         if COLLECTOR.interrupted:
-            reap(children())
+            reap([*children(), *owned_by_jobs()])
             os._exit(128 + signum)
         COLLECTOR.interrupted = signal.Signals(signum).name
         raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")

@@ -6,10 +6,13 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
+from harness.testing import ahead
 from harness.runtime.generator import HarnessGenerator, HarnessInputError, TruncationWarning
 from harness.runtime.executor_view import WorkerTimeout
 
@@ -85,21 +88,37 @@ def test_vllm_version_without_expectations(tmp_path):
     assert "no expectations for vLLM" in out.stderr and "have: none" in out.stderr
 
 
-def test_vllm_without_expectations_is_observed_never_passed(tmp_path):
+@ahead.job("observed-run")
+def _observed_run() -> dict:
+    """`harness run` on a subset with an empty expectations folder (in the background: harness.testing.ahead)."""
+    with tempfile.TemporaryDirectory(prefix="harness-observed-") as tmp:
+        tmp = Path(tmp)
+        (tmp / "none").mkdir()
+        env = ahead.env({**os.environ, "HARNESS_EXPECTATIONS_DIR": str(tmp / "none")})
+        env.pop("HARNESS_OBSERVE", None)
+        out = subprocess.run([sys.executable, "-m", "harness", "run", "--env", "observed-x", "--", "--harness-report-dir",
+                              str(tmp / "reports"), "-k", "test_contract and schedcfg"],
+                             capture_output=True, text=True, env=env, timeout=600)
+        return {"rc": out.returncode, "stdout": out.stdout, "stderr": out.stderr,
+                "report": _read(tmp / "reports" / "observed-x.json"),
+                "draft": _read(tmp / "reports" / "observed-x.expectations-draft.toml")}
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text() if path.is_file() else None
+
+
+@pytest.mark.ahead("observed-run")
+def test_vllm_without_expectations_is_observed_never_passed():
     """A build with no expectations file is observed, not refused: status `observed` (exit 4, never 0), a
     summary of what it showed, and a draft expectations file beside the report that says it is not reviewed."""
-    (tmp_path / "none").mkdir()
-    env = {**os.environ, "HARNESS_EXPECTATIONS_DIR": str(tmp_path / "none")}
-    env.pop("HARNESS_OBSERVE", None)
-    out = subprocess.run([sys.executable, "-m", "harness", "run", "--env", "observed-x", "--", "--harness-report-dir",
-                          str(tmp_path / "reports"), "-k", "test_contract and schedcfg"],
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 4, out.stdout[-1500:] + out.stderr[-1500:]
-    assert "no expectations for vLLM" in out.stderr and "observing it" in out.stderr
-    rep = json.loads((tmp_path / "reports" / "observed-x.json").read_text())
+    out = ahead.result("observed-run")
+    assert out["rc"] == 4, out["stdout"][-1500:] + out["stderr"][-1500:]
+    assert "no expectations for vLLM" in out["stderr"] and "observing it" in out["stderr"]
+    rep = json.loads(out["report"])
     assert rep["status"] == "observed" and rep["mode"] == "observed"
-    assert "schedcfg" in out.stdout and "draft expectations for review" in out.stdout
-    draft = (tmp_path / "reports" / "observed-x.expectations-draft.toml").read_text()
+    assert "schedcfg" in out["stdout"] and "draft expectations for review" in out["stdout"]
+    draft = out["draft"]
     assert draft.startswith("# DRAFT, NOT REVIEWED") and "schedcfg = { outcome =" in draft
 
 
@@ -214,7 +233,7 @@ def _start_mq(mode: str):
     import threading
 
     proc = subprocess.Popen([sys.executable, "-c", _MQ_SCRIPT, mode], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=ahead.env())
     lines, tracked = [], threading.Event()
 
     def read():
@@ -244,14 +263,20 @@ def _finish_mq(started, hang_s: float) -> tuple[bool, str]:
     return finished, "".join(lines)
 
 
+@ahead.job("zmq-collector")
+def _zmq_collector() -> tuple:
+    """Both children side by side (in the background: harness.testing.ahead)."""
+    destroy, keep = _start_mq("destroy"), _start_mq("keep")
+    return _finish_mq(destroy, 60), _finish_mq(keep, HANG_S)
+
+
+@pytest.mark.ahead("zmq-collector")
 def test_executor_zmq_contexts_never_hang_the_collector(record_note):
     """vLLM's message queue leaves its zmq context to the garbage collector; collected in a cycle, its
     `__del__` waits in zmq_ctx_term forever (a hung test, SIGTERM unhandled). Destroyed by the harness after
-    shutdown, collection is immediate. The hazard itself is recorded (vLLM may fix its leak one day). Both
-    children run side by side; the time allowed counts from when the queue exists, not from the imports."""
-    destroy, keep = _start_mq("destroy"), _start_mq("keep")
-    finished, out = _finish_mq(destroy, 60)
-    kept_finished, kept_out = _finish_mq(keep, HANG_S)
+    shutdown, collection is immediate. The hazard itself is recorded (vLLM may fix its leak one day). The
+    time allowed counts from when the queue exists, not from the imports."""
+    (finished, out), (kept_finished, kept_out) = ahead.result("zmq-collector")
     assert finished and "tracked 1" in out and "collected" in out, f"collection after destroy did not finish: {out[-500:]}"
     record_note("zmq context of vLLM's MessageQueue left to the collector: "
                 + ("collected" if kept_finished and "collected" in kept_out else f"collection hung (> {HANG_S} s)"))
@@ -273,45 +298,62 @@ def _descendants(pid: int) -> list:
         return []
 
 
-def test_sigterm_stops_the_run_at_once_and_keeps_the_complete_report(tmp_path):
-    """SIGTERM during a run: workers stop at once, the report says interrupted/incomplete, and it does not
-    replace the complete report of the same env (it goes to <env>.incomplete.json)."""
+#: The complete report an earlier run left, which an interrupted run must not replace.
+_COMPLETE = {"env": "sigterm", "status": "pass", "note": "a complete earlier run"}
+
+
+@ahead.job("sigterm-run")
+def _sigterm_run() -> dict:
+    """`harness run` on the e2e suite, SIGTERM 2 s after its first worker exists (in the background:
+    harness.testing.ahead); what it left: exit code, time to stop, survivors, both reports."""
     import signal
 
     import psutil
 
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    complete = {"env": "sigterm", "status": "pass", "note": "a complete earlier run"}
-    (reports / "sigterm.json").write_text(json.dumps(complete))
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--env", "sigterm", "--suite", "suites/e2e",
-                             "--", "-q", "--harness-report-dir", str(reports)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 240
-        workers = []
-        while time.monotonic() < deadline and proc.poll() is None:
-            workers = [p for p in _descendants(proc.pid) if "resource_tracker" not in " ".join(p.cmdline())]
-            if workers:
-                break
-            time.sleep(1)
-        assert workers and proc.poll() is None, "the run started no worker (or ended) before it could be interrupted"
-        time.sleep(2)  # inside the first tests
-        family = _descendants(proc.pid)
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=90)
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    gone, alive = psutil.wait_procs(family, timeout=10)
-    alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert not alive, f"processes outlived the interrupted run: {[p.pid for p in alive]}"
-    assert proc.returncode == 3, out[-2000:]
-    assert json.loads((reports / "sigterm.json").read_text()) == complete, "the complete report was replaced"
-    rep = json.loads((reports / "sigterm.incomplete.json").read_text())
+    with tempfile.TemporaryDirectory(prefix="harness-sigterm-") as tmp:
+        reports = Path(tmp) / "reports"
+        reports.mkdir()
+        (reports / "sigterm.json").write_text(json.dumps(_COMPLETE))
+        proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--env", "sigterm", "--suite", "suites/e2e",
+                                 "--", "-q", "--harness-report-dir", str(reports)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ahead.env())
+        out, took, family = "", None, []
+        try:
+            deadline = time.monotonic() + 240
+            workers = []
+            while time.monotonic() < deadline and proc.poll() is None:
+                workers = [p for p in _descendants(proc.pid) if "resource_tracker" not in " ".join(p.cmdline())]
+                if workers:
+                    break
+                time.sleep(1)
+            if workers and proc.poll() is None:
+                time.sleep(2)  # inside the first tests
+                family = _descendants(proc.pid)
+                t0 = time.monotonic()
+                proc.send_signal(signal.SIGTERM)
+                out, _ = proc.communicate(timeout=90)
+                took = time.monotonic() - t0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                out += proc.communicate()[0] or ""
+        gone, alive = psutil.wait_procs(family, timeout=10)
+        alive = [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        return {"interrupted": took is not None, "took": took, "rc": proc.returncode, "out": out, "alive": alive,
+                "complete": _read(reports / "sigterm.json"), "incomplete": _read(reports / "sigterm.incomplete.json")}
+
+
+@pytest.mark.ahead("sigterm-run")
+def test_sigterm_stops_the_run_at_once_and_keeps_the_complete_report():
+    """SIGTERM during a run: workers stop at once, the report says interrupted/incomplete, and it does not
+    replace the complete report of the same env (it goes to <env>.incomplete.json)."""
+    r = ahead.result("sigterm-run")
+    assert r["interrupted"], "the run started no worker (or ended) before it could be interrupted: " + r["out"][-1500:]
+    assert not r["alive"], f"processes outlived the interrupted run: {r['alive']}"
+    assert r["rc"] == 3, r["out"][-2000:]
+    assert json.loads(r["complete"]) == _COMPLETE, "the complete report was replaced"
+    rep = json.loads(r["incomplete"])
     held = _has_expectations()  # a build without them is observed: status `observed`, still interrupted
     assert rep["status"] == ("incomplete" if held else "observed") and rep["interrupted"] == "SIGTERM"
     assert any(g["kind"] == "interrupted" for g in rep["incomplete"])
-    assert took < 60, f"the run took {took:.0f} s to stop after SIGTERM"
+    assert r["took"] < 60, f"the run took {r['took']:.0f} s to stop after SIGTERM"
