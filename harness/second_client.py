@@ -54,13 +54,15 @@ def supports_installed_vllm(tree: Path) -> tuple[bool, str]:
     return release in SpecifierSet(spec), f"speculators {VERSION} declares vllm{spec}; installed {installed}"
 
 
-def run(tree: Path, model_path: Path, layers: list[int], prompts: list[list[int]], out: Path) -> dict:
-    """Run 0.4.0's generator in a child interpreter; returns {"hidden_states": [[per layer] per prompt]} (torch)."""
+def run(tree: Path, model_path: Path, layers: list[int], prompts: list[list[int]], out: Path,
+        base_env: dict | None = None) -> dict:
+    """Run 0.4.0's generator in a child interpreter (environment `base_env`, else this one's); returns
+    {"hidden_states": [[per layer] per prompt]} (torch)."""
     import torch
 
     spec = out.with_suffix(".prompts.json")
     spec.write_text(json.dumps(prompts))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**(os.environ if base_env is None else base_env), "PYTHONPATH": os.pathsep.join([str(tree), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-m", "harness.second_client", "--model", str(model_path),
                            "--layers", ",".join(map(str, layers)), "--prompts", str(spec), "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=900)

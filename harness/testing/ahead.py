@@ -57,9 +57,10 @@ def result(name: str) -> Any:
 
 
 def pytest_collection_finish(session):
-    """Start the jobs of the selected tests, in the order the tests run."""
-    if hasattr(session.config, "workerinput"):  # an xdist worker starts its own tests' jobs only when they run
-        return
+    """Start the jobs of the selected tests, in the order the tests run (`HARNESS_AHEAD=0`: each when its test
+    runs, as before there were jobs; for timing the difference)."""
+    if hasattr(session.config, "workerinput") or os.environ.get("HARNESS_AHEAD") == "0":
+        return  # (an xdist worker starts its own tests' jobs only when they run)
     for item in session.items:
         for mark in item.iter_markers("ahead"):
             if mark.args and mark.args[0] in _JOBS:

@@ -7,31 +7,51 @@ Same tiny Llama, same prompts, same layers, float32: our speculators 0.3.0 + shi
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 
+import pytest
 
-from harness import second_client
+from harness import models, second_client
 from harness.prompts import random_prompts
+from harness.testing import ahead
 from harness.testing.recording import not_applicable
 
 TOL = 1e-6
+MODEL = "tiny-llama"
 
 
-def test_speculators_040_matches_ours(runs, tmp_path, record_e2e):
+@ahead.job("second-client")
+def _theirs() -> dict:
+    """0.4.0's generator on the shared generator's model, layers and prompts, in a child interpreter (in the
+    background: harness.testing.ahead); or why it does not apply to the installed vLLM."""
     tree = second_client.wheel_dir()
     ok, why = second_client.supports_installed_vllm(tree)
     if not ok:
-        record_e2e("tiny-llama", "speculators 0.4.0 (second client) agrees", "n/a", why)
-        not_applicable(why)
-    run = runs("tiny-llama")
-    layers = sorted(set(run.generator.layer_ids))
-    prompts = random_prompts(6, 17, 120, run.model.vocab_size, seed=11)
-    theirs = second_client.run(tree, run.model.path, layers, prompts, tmp_path / "spec040.pt")
-    assert theirs["speculators_file"].startswith(str(tree)), "the child did not run speculators 0.4.0"
+        return {"applies": False, "why": why}
+    model = models.build(MODEL)
+    layers = sorted(set(model.probe_layers))
+    prompts = random_prompts(6, 17, 120, model.vocab_size, seed=11)
+    with tempfile.TemporaryDirectory(prefix="harness-spec040-") as tmp:
+        theirs = second_client.run(tree, model.path, layers, prompts, Path(tmp) / "spec040.pt", base_env=ahead.env())
+    return {"applies": True, "why": why, "tree": str(tree), "layers": layers, "prompts": prompts, "theirs": theirs}
+
+
+@pytest.mark.ahead("second-client")
+def test_speculators_040_matches_ours(runs, record_e2e):
+    job = ahead.result("second-client")
+    if not job["applies"]:
+        record_e2e(MODEL, "speculators 0.4.0 (second client) agrees", "n/a", job["why"])
+        not_applicable(job["why"])
+    run = runs(MODEL)
+    layers, prompts, theirs = job["layers"], job["prompts"], job["theirs"]
+    assert layers == sorted(set(run.generator.layer_ids)), "the child ran other layers than the shared generator captures"
+    assert theirs["speculators_file"].startswith(job["tree"]), "the child did not run speculators 0.4.0"
     ours = run.generator.generate(prompts)
     order = run.generator.layer_ids
     d = max(float((ours_r["hidden_states"][order.index(k)].float() - t[i]).abs().max())
             for ours_r, t in zip(ours, theirs["hidden_states"]) for i, k in enumerate(layers))
     assert theirs["input_ids"] == prompts
-    record_e2e("tiny-llama", "speculators 0.4.0 (second client) agrees", "pass" if d <= TOL else "fail",
-               f"max abs diff {d:.2e} over {sum(map(len, prompts))} tokens, layers {layers} ({why})", max_abs_diff=d)
+    record_e2e(MODEL, "speculators 0.4.0 (second client) agrees", "pass" if d <= TOL else "fail",
+               f"max abs diff {d:.2e} over {sum(map(len, prompts))} tokens, layers {layers} ({job['why']})", max_abs_diff=d)
     assert d <= TOL
