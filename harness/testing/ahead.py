@@ -8,8 +8,8 @@ ends, beside the tests before them; the test then waits for its job's result (at
 asserts on it as before. Only jobs of selected tests start (`@pytest.mark.ahead("name")` on the test, the job
 registered with `@job("name")`); a test whose job has not started runs it itself.
 
-The jobs' processes carry `harness.processes.JOB_MARK` = this process's pid in their environment (inherited by their own children),
-so the leak check leaves them to their job, not to whichever test happens to be running
+The jobs' processes carry `harness.processes.JOB_MARK` = this process's pid in their environment (their own
+children inherit it), so the leak check leaves them to their job, not to whichever test happens to be running
 (`harness.processes.children`). At session end, what is still running is killed and waited for: no process
 outlives the session, pass or fail.
 """
@@ -60,7 +60,7 @@ def pytest_collection_finish(session):
     """Start the jobs of the selected tests, in the order the tests run (`HARNESS_AHEAD=0`: each when its test
     runs, as before there were jobs; for timing the difference)."""
     if hasattr(session.config, "workerinput") or os.environ.get("HARNESS_AHEAD") == "0":
-        return  # (an xdist worker starts its own tests' jobs only when they run)
+        return  # an xdist worker collects every test but runs a share: its jobs start when their tests run
     for item in session.items:
         for mark in item.iter_markers("ahead"):
             if mark.args and mark.args[0] in _JOBS:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.testing import ahead
-from harness.runtime.generator import HarnessGenerator, HarnessInputError, TruncationWarning
 from harness.runtime.executor_view import WorkerTimeout
+from harness.runtime.generator import HarnessGenerator, HarnessInputError, TruncationWarning
+from harness.testing import ahead
 
 LLAMA = "tiny-llama"
 
@@ -115,6 +115,7 @@ def test_vllm_without_expectations_is_observed_never_passed():
     out = ahead.result("observed-run")
     assert out["rc"] == 4, out["stdout"][-1500:] + out["stderr"][-1500:]
     assert "no expectations for vLLM" in out["stderr"] and "observing it" in out["stderr"]
+    assert out["report"] is not None and out["draft"] is not None, "the observed run wrote no report or no draft"
     rep = json.loads(out["report"])
     assert rep["status"] == "observed" and rep["mode"] == "observed"
     assert "schedcfg" in out["stdout"] and "draft expectations for review" in out["stdout"]
@@ -351,7 +352,8 @@ def test_sigterm_stops_the_run_at_once_and_keeps_the_complete_report():
     assert r["interrupted"], "the run started no worker (or ended) before it could be interrupted: " + r["out"][-1500:]
     assert not r["alive"], f"processes outlived the interrupted run: {r['alive']}"
     assert r["rc"] == 3, r["out"][-2000:]
-    assert json.loads(r["complete"]) == _COMPLETE, "the complete report was replaced"
+    assert r["incomplete"] is not None, "the interrupted run wrote no <env>.incomplete.json"
+    assert r["complete"] is not None and json.loads(r["complete"]) == _COMPLETE, "the complete report was replaced"
     rep = json.loads(r["incomplete"])
     held = _has_expectations()  # a build without them is observed: status `observed`, still interrupted
     assert rep["status"] == ("incomplete" if held else "observed") and rep["interrupted"] == "SIGTERM"
