@@ -73,12 +73,12 @@ def summarise(trace: dict) -> dict:
     for e in events:
         cat, dur, ts = e.get("cat", ""), float(e["dur"]), float(e["ts"])
         args = e.get("args", {})
-        if cat == "kernel":
+        if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
             s = streams.setdefault(str(args.get("stream", "?")), {"kernels": [], "names": {}, "copies": {}})
+        if cat == "kernel":
             s["kernels"].append((ts, ts + dur))
             s["names"][e["name"]] = s["names"].get(e["name"], 0.0) + dur
         elif cat in ("gpu_memcpy", "gpu_memset"):
-            s = streams.setdefault(str(args.get("stream", "?")), {"kernels": [], "names": {}, "copies": {}})
             c = s["copies"].setdefault(e["name"], {"count": 0, "ms": 0.0, "bytes": 0})
             c["count"] += 1
             c["ms"] += dur / 1e3

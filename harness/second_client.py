@@ -62,7 +62,8 @@ def run(tree: Path, model_path: Path, layers: list[int], prompts: list[list[int]
 
     spec = out.with_suffix(".prompts.json")
     spec.write_text(json.dumps(prompts))
-    env = {**(os.environ if base_env is None else base_env), "PYTHONPATH": os.pathsep.join([str(tree), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    base = os.environ if base_env is None else base_env
+    env = {**base, "PYTHONPATH": os.pathsep.join([str(tree), str(REPO_ROOT), base.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-m", "harness.second_client", "--model", str(model_path),
                            "--layers", ",".join(map(str, layers)), "--prompts", str(spec), "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=900)
