@@ -243,6 +243,11 @@ def cmd_envfix(args) -> int:
 def cmd_surface(args) -> int:
     from harness import surface
 
+    if args.shims:
+        from harness.gate import shim_surface
+
+        print(f"harness surface: wrote {shim_surface.write().relative_to(REPO_ROOT)}")
+        return 0
     data = surface.dump(Path(args.out)) if args.out else {m: surface.parse(m).to_json() for m in surface.CLIENT_MODULES}
     if not args.out:
         print(json.dumps(data, indent=2))
@@ -268,7 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--draft-from", help="print a draft expectations file from an env report (review before committing)")
     e.set_defaults(fn=cmd_expectations)
     s = sub.add_parser("surface", help="speculators' used vLLM surface, from its installed source (AST)")
-    s.add_argument("--out")
+    s.add_argument("--out", help="write speculators' surface to this file instead of printing it")
+    s.add_argument("--shims", action="store_true", help="rewrite fixtures/surfaces/harness-shims.json: the vLLM surface "
+                                                        "of the harness's own shims, from their code (AST)")
     s.set_defaults(fn=cmd_surface)
     m = sub.add_parser("matrix", help="merge reports/vllm*.json into reports/matrix.{json,md,html}")
     m.add_argument("--report-dir", default=str(REPO_ROOT / "reports"))

@@ -218,11 +218,15 @@ def run_key(model_path: str | Path, tp: int, dtype: str, prompts: list[list[int]
     return {"key": hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest(), **parts}
 
 
-def baseline(directory: Path, key: str, before: str) -> tuple[str, dict] | None:
-    """The newest report in `directory` dated before `before` (YYYY-MM-DD) whose run key is `key`."""
+def baseline(directory: Path | list[Path], key: str, before: str, exclude: Path | None = None) -> tuple[str, dict] | None:
+    """The newest report whose run key is `key` in `directory` (or any of several: the run's report folder and the
+    committed reports/gpu, so that a fresh checkout's nightly finds the baseline it was given), dated before
+    `before` (YYYY-MM-DD), or on that date when it is not `exclude` (the file this run writes)."""
+    folders = [Path(d) for d in (directory if isinstance(directory, list) else [directory])]
+    skip = Path(exclude).resolve() if exclude else None
     found = []
-    for p in Path(directory).glob("*.json"):
-        if p.name[:10] >= before:
+    for p in (f for d in dict.fromkeys(x.resolve() for x in folders) for f in sorted(d.glob("*.json"))):
+        if p.name[:10] > before or (p.name[:10] == before and (skip is None or p == skip)):
             continue
         try:
             rep = json.loads(p.read_text())

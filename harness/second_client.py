@@ -54,12 +54,11 @@ def supports_installed_vllm(tree: Path) -> tuple[bool, str]:
     return release in SpecifierSet(spec), f"speculators {VERSION} declares vllm{spec}; installed {installed}"
 
 
-def run(tree: Path, model_path: Path, layers: list[int], prompts: list[list[int]], out: Path,
-        base_env: dict | None = None) -> dict:
-    """Run 0.4.0's generator in a child interpreter (environment `base_env`, else this one's); returns
-    {"hidden_states": [[per layer] per prompt]} (torch)."""
-    import torch
-
+def run_child(tree: Path, model_path: Path, layers: list[int], prompts: list[list[int]], out: Path,
+              base_env: dict | None = None) -> Path:
+    """Run 0.4.0's generator in a child interpreter (environment `base_env`, else this one's), importing nothing
+    in this process (safe on a background thread); returns `out`, the file it wrote (read it with `load`:
+    {"hidden_states": [[per layer] per prompt]})."""
     spec = out.with_suffix(".prompts.json")
     spec.write_text(json.dumps(prompts))
     base = os.environ if base_env is None else base_env
@@ -69,7 +68,16 @@ def run(tree: Path, model_path: Path, layers: list[int], prompts: list[list[int]
                           env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"speculators {VERSION}'s generator failed: {proc.stderr.strip().splitlines()[-5:]}")
-    return torch.load(out)
+    return out
+
+
+def load(data: bytes) -> dict:
+    """The child's result file's bytes as torch objects."""
+    import io
+
+    import torch
+
+    return torch.load(io.BytesIO(data))
 
 
 def _child(args) -> int:

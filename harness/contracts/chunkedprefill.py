@@ -31,6 +31,7 @@ suite with transformers.
 from __future__ import annotations
 
 from harness.contracts.base import Attach, Attempt, Contract, Observation, Shim
+from harness.gate.facts import Fact
 
 #: The attribute on speculators' scheduler that holds the guard (tests and the probe switch it).
 GUARD = "_harness_prefill_guard"
@@ -287,6 +288,51 @@ def probe(ctx) -> Observation:
     return Observation(CONTRACT, unshimmed, shimmed, facts)
 
 
+# -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
+#: What the worker-side shim reads on the runner the worker builds: the persistent batch, whose `req_ids` give a
+#: step's requests in the order their rows were captured.
+BATCH_ATTRIBUTE = "input_batch"
+
+
+def runner_facts(tree, used, follower) -> list[Fact]:
+    """Per worker module (GPU, CPU): the runners it builds by default keep a persistent `input_batch` (what
+    `apply_worker` and `rows_placement` read), and none sorts a step's requests by token count (rows sliced in
+    arrival order would belong to other prompts). The scheduler's own behaviour stays outside (`gate_outside`)."""
+    from harness.gate import runners
+
+    facts = []
+    for worker, cls in runners.WORKERS.items():
+        read = runners.read(str(tree.root), worker)
+        symbol = f"{worker}:{cls}.model_runner"
+        if read.file is None:
+            facts.append(Fact(CONTRACT.id, symbol, "runner-class", f"{worker} not in these sources", None,
+                              evidence=f"{worker.replace('.', '/')}.py (no such module)"))
+            continue
+        defaults = read.defaults
+        if not defaults:
+            facts.append(Fact(CONTRACT.id, symbol, "runner-class", f"no model runner built by {worker} was found",
+                              None, evidence=f"{read.file}:1"))
+            continue
+        lacking = [r for r in defaults if BATCH_ATTRIBUTE not in r.attributes]
+        names = ", ".join(runners.describe(r) + ("" if r in lacking else f" (keeps {BATCH_ATTRIBUTE})")
+                          for r in defaults)
+        first = (lacking or defaults)[0]
+        facts.append(Fact(CONTRACT.id, symbol, "runner-class", f"builds {names}", not lacking, "runner-replaced",
+                          read.where_built(first.path),
+                          detail={"runners": [r.path for r in defaults], "without_batch": [r.path for r in lacking],
+                                  "why": (f"shim no longer applies: apply_worker and rows_placement read "
+                                          f"worker.model_runner.{BATCH_ATTRIBUTE}.req_ids, which "
+                                          f"{', '.join(runners.describe(r) for r in lacking)} does not keep")}))
+        sorting = [r for r in defaults if r.sorts_steps]
+        facts.append(Fact(CONTRACT.id, symbol, "step-order",
+                          f"sorted by scheduled token count ({runners.describe(sorting[0])})" if sorting
+                          else "the runner's persistent batch order", not sorting, "step-order-sorted",
+                          sorting[0].sorts_steps if sorting else read.where_built(defaults[0].path),
+                          detail={"why": "rows sliced in the order requests were added would belong to other prompts; "
+                                         "no shim regroups rows by this runner's per-step order"}))
+    return facts
+
+
 CONTRACT = Contract(
     id="chunkedprefill",
     assumes="a batch larger than one scheduler step comes back complete, each prompt's rows its own",
@@ -296,6 +342,10 @@ CONTRACT = Contract(
            Shim(Attach.WORKER_RESET, reset)),
     gate_outside="whether a batch over one step's budget is chunked or reordered is the scheduler's behaviour "
                  "under load (defaults, queue order), not a signature: each env's run extracts such a batch",
+    gate_checks=(runner_facts,),
     upstream=('not one change: chunked prefill on by default in V1 (0.12.0 on in the config speculators '
-              'builds); speculators 0.4.0 fixed its own loop with per-request bookkeeping'),
+              'builds); speculators 0.4.0 fixed its own loop with per-request bookkeeping. vLLM 0.34.0 deleted the '
+              'V1 model runner (vllm/v1/worker/gpu_model_runner.py, cpu_model_runner.py, gpu_input_batch.py): the '
+              'workers build the V2 runner (vllm/v1/worker/gpu/model_runner.py; vLLM #25266 added it, #41286 tracks the migration), which builds an '
+              'InputBatch per step and sorts a step\'s requests by scheduled token count (sort_batch_req_ids)'),
 )

@@ -1,11 +1,19 @@
-"""C-kvlayout: the KV-cache layout needs nothing from speculators.
+"""C-kvlayout: the KV cache needs no EngineCore set-up step that speculators skips.
 
-vLLM 0.32 resolves one KV-cache layout in EngineCore (`resolve_kv_cache_layout`, then
+speculators 0.3.0 builds its executor, scheduler and KV-cache plan without EngineCore, replicating the set-up
+EngineCore does between building the executor and the first step. Every step EngineCore adds there is one
+speculators skips; the gate reads that sequence in each version (`setup_steps`, `harness.gate.engine_setup`)
+and names every executor call neither speculators nor a harness shim makes. Two such steps so far:
+
+* vLLM 0.30 resolves one KV-cache layout in EngineCore (`resolve_kv_cache_layout`, then
 `set_kv_cache_layout` on the workers) before the KV cache is planned, and reading an unresolved
 layout raises. speculators builds its own scheduler and KV-cache plan without EngineCore, so its
 generator fails at start-up. Shim: right after the executor starts, do what EngineCore does: resolve
 the layout from the workers' supported layouts and KV-cache specs and publish it. Native where the
 installed vLLM has no layout resolution.
+* vLLM 0.34's extensible KV cache (on by default on CUDA/ROCm): `initialize_from_config` only reserves address
+  space; EngineCore then calls `finalize_extensible_kv_cache` and `executor.extend_kv_cache(num_blocks)`. Without
+  that step the scheduler hands out blocks that are not mapped. No shim replays it yet: the gate says so.
 """
 
 from __future__ import annotations
@@ -75,16 +83,64 @@ def kv_layout_resolution(tree, used, follower) -> list[Fact]:
                  detail={"resolver_present": has_resolver})]
 
 
+#: EngineCore set-up steps speculators does its own way, with how (read from its generator).
+SPECULATORS_OWN_WAY = {
+    "determine_available_memory": "speculators sizes the KV cache itself from torch.cuda.mem_get_info (C-memory)",
+    "compile_or_warm_up_model": "speculators builds the model with enforce_eager=True: nothing to compile or capture",
+}
+
+
+def setup_steps(tree, used, follower) -> list[Fact]:
+    """One fact per executor call EngineCore makes while setting up the KV cache: replicated by speculators,
+    made by a harness shim (from the shim surface's `rpc` entries), or skipped (a finding when new)."""
+    from harness.gate import engine_setup, shim_surface
+
+    steps, rel = engine_setup.steps(tree.root)
+    symbol = f"{engine_setup.MODULE}:{engine_setup.CLASS}.{engine_setup.METHOD}"
+    if rel is None:
+        return [not_found(CONTRACT.id, symbol, "setup-step", f"{engine_setup.CLASS}.{engine_setup.METHOD}")]
+    speculators_calls = {c.callee.rsplit(".", 1)[-1] for c in used.calls if ".executor." in c.callee}
+    speculators_rpc = set(used.rpc_methods)
+    shims: dict[str, str] = {}
+    for e in shim_surface.load():
+        if e["kind"] == "rpc":
+            shims.setdefault(e["name"], e["site"])
+    facts, seen = [], set()
+    for step in (s for s in steps if s.on_executor):
+        if step.name in seen:
+            continue
+        seen.add(step.name)
+        rpc = step.name[:-1] if step.name.endswith("s") else step.name  # get_kv_cache_specs -> get_kv_cache_spec
+        if step.name in speculators_calls or rpc in speculators_rpc:
+            made_by = "speculators replicates it"
+        elif step.name in SPECULATORS_OWN_WAY:
+            made_by = SPECULATORS_OWN_WAY[step.name]
+        elif step.name in shims or rpc in shims:
+            made_by = f"a harness shim makes it ({shims.get(step.name) or shims[rpc]})"
+        else:
+            made_by = None
+        value = f"EngineCore calls {step.describe()}; " + (made_by or "neither speculators nor a harness shim does")
+        facts.append(Fact(CONTRACT.id, f"{symbol} -> executor.{step.name}()", "setup-step", value, made_by is not None,
+                          "setup-step-skipped", f"{rel}:{step.line}",
+                          detail={"condition": step.condition,
+                                  "why": f"EngineCore's set-up calls {step.describe()} between building the "
+                                         f"executor and the first step; speculators' generator skips it and no "
+                                         f"shim replays it"}))
+    return facts
+
+
 CONTRACT = Contract(
     id="kvlayout",
-    assumes="the KV-cache layout needs no resolution step before the KV cache is planned",
+    assumes="the KV cache needs no EngineCore set-up step speculators skips (layout resolution, extension)",
     failures=(r"KV cache layout has not been resolved",),
     shims=(Shim(Attach.EXECUTOR, apply_executor),),
     gate_covers=(GateCover("layout-resolution-required", apply_executor,
                            "resolves the layout from the workers' supported layouts and KV-cache specs and publishes it, "
                            "as EngineCore does",
                            lambda f: bool(f.detail.get("resolver_present")), "resolve_kv_cache_layout exists"),),
-    gate_checks=(kv_layout_resolution,),
+    gate_checks=(kv_layout_resolution, setup_steps),
     upstream=('vLLM #51718 (KV-cache layout standardisation, RFC #42082) made the layout a value EngineCore '
-              'resolves and publishes once (first seen at 0.30.0)'),
+              'resolves and publishes once (first seen at 0.30.0); the extensible KV cache, on by default on '
+              'CUDA/ROCm in 0.34.0 (vllm/config/cache.py, vllm/v1/worker/extensible_kv_cache.py), added '
+              'finalize_extensible_kv_cache + executor.extend_kv_cache to EngineCore._initialize_kv_caches'),
 )

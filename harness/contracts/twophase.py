@@ -86,8 +86,43 @@ def probe(ctx) -> Observation:
 
 
 # -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
-RUNNER = "vllm.v1.worker.gpu_model_runner"
+RUNNER = "vllm.v1.worker.gpu_model_runner"  # where the guard lived up to 0.33 (the V1 runner)
 STATE_ERROR = "sample_tokens() must be called"
+#: The V2 runner parks a step's state on itself between execute_model() and sample_tokens(), without a guard.
+PARKED_STATE = "execute_model_state"
+
+
+def _guard(tree) -> tuple[str | None, str]:
+    """Where the runners the GPU worker builds park a step's state: (evidence file:line or None, how), read in
+    the runners' own files (bases included), else in the V1 runner module where it still exists."""
+    from harness.gate import runners
+
+    built = runners.read(str(tree.root), "vllm.v1.worker.gpu_worker").defaults
+    for r in built:
+        for rel in r.files:
+            lines = [n for n in _string_lines(tree.root / rel, STATE_ERROR)]
+            if lines:
+                return f"{rel}:{lines[0]}", f"State error guard in {runners.describe(r)}"
+    for r in built:
+        if PARKED_STATE in r.attributes:
+            return r.attributes[PARKED_STATE], f"{runners.describe(r)}.{PARKED_STATE}, no State error guard"
+    lines = tree.string_lines(RUNNER, STATE_ERROR)
+    runner = tree.module_file(RUNNER)
+    if lines and runner is not None:
+        return f"{runner.relative_to(tree.root)}:{lines[0]}", "State error guard"
+    return None, ("the V1 runner module is gone and no runner the worker builds was read"
+                  if runner is None else "no guard")
+
+
+def _string_lines(path, needle: str) -> list[int]:
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8-sig"))
+    except (OSError, SyntaxError):
+        return []
+    return sorted({n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                   and needle in n.value})
 
 
 def two_phase(tree, used, follower) -> list[Fact]:
@@ -100,15 +135,15 @@ def two_phase(tree, used, follower) -> list[Fact]:
             continue
         executor = ref.steps[-1][1]
         sample = tree.member(executor, "sample_tokens")
-        guard = tree.string_lines(RUNNER, STATE_ERROR)
-        runner = tree.module_file(RUNNER)
-        if guard:
-            evidence = f"{runner.relative_to(tree.root)}:{guard[0]}"
-        else:
-            evidence = tree.where(sample) if sample is not None else tree.where(ref.obj)
-        parked = sample is not None or bool(guard)
-        value = ("execute_model() returns None and parks its state until sample_tokens()"
-                 + (" (State error guard)" if guard else "")) if parked else "execute_model() completes the step"
+        where, how = _guard(tree)
+        if sample is None and where is None and tree.module_file(RUNNER) is None:
+            # The module this check read is deleted and nothing took its place that it can read: not a pass.
+            facts.append(Fact(CONTRACT.id, symbol, "protocol", f"not decidable: {how}", None, site=site(call)))
+            continue
+        evidence = where or (tree.where(sample) if sample is not None else tree.where(ref.obj))
+        parked = sample is not None or where is not None
+        value = (f"execute_model() returns None and parks its state until sample_tokens() ({how})" if parked
+                 else "execute_model() completes the step")
         facts.append(Fact(CONTRACT.id, symbol, "protocol", value, not parked, "two-phase-execute",
                           evidence, site(call), {"executor_sample_tokens": sample is not None}))
     return facts

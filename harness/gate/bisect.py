@@ -6,9 +6,10 @@ written for) and B (default: the newest release), reads each probed release's so
 (cached; about 10 s a version the first time), and bisects for the first release in which the contract has a
 finding relative to A (`--match TEXT`: only findings that mention TEXT, e.g. one keyword of a contract that
 changed more than once). The neighbours are both read, so the answer is a pair: "absent in X, present in Y",
-with the finding's evidence lines from Y's sources. It assumes a change, once made, stays (what bisection
-always assumes); where the finding comes and goes, the pair is still a real boundary, not necessarily the
-first. Per-commit builds are not bisected: vLLM's wheel index lists commits without their order.
+with the finding's evidence lines from Y's sources. Bisection assumes a change, once made, stays; where B shows
+no finding, that assumption says nothing, so every release between A and B is read in order instead: a change
+made and later undone is named with the release that undid it, never reported as "no finding". Per-commit
+builds are not bisected: vLLM's wheel index lists commits without their order.
 """
 
 from __future__ import annotations
@@ -31,13 +32,15 @@ class Bisection:
     probed: dict[str, int] = field(default_factory=dict)  # version -> findings of the contract vs A
     first: str | None = None  # the first release with a finding
     last_without: str | None = None
+    undone_in: str | None = None  # the first later release without it, where B has none
     evidence: list[dict] = field(default_factory=list)
 
     def says(self) -> str:
         a, b = self.between
         if self.first is None:
             return f"{self.contract}: no finding between {a} and {b} ({len(self.probed)} releases read)"
-        return (f"{self.contract}: first changed in {self.first} (no finding in {self.last_without}; "
+        undone = f"; undone again in {self.undone_in}" if self.undone_in else ""
+        return (f"{self.contract}: first changed in {self.first} (no finding in {self.last_without}{undone}; "
                 f"{len(self.probed)} of {len(self.releases)} releases read)")
 
 
@@ -53,6 +56,28 @@ def _matches(finding, text: str | None) -> bool:
     if not text:
         return True
     return any(text in str(x) for x in (finding.symbol, finding.kind, finding.old, finding.new, finding.detail))
+
+
+def locate(releases: list[str], changed) -> tuple[str | None, str | None, str | None]:
+    """(first release where `changed(release)`, the one before it, the first later one where it is undone) over
+    `releases`, whose first has no change by definition (it is A). Bisects when the last release has the change;
+    reads every release in order when it has not (a change made and undone), each at most once."""
+    lo, hi = 0, len(releases) - 1
+    if hi <= 0:
+        return None, None, None
+    if not changed(releases[hi]):
+        hit = next((i for i in range(1, hi) if changed(releases[i])), None)
+        if hit is None:
+            return None, None, None
+        undone = next(releases[i] for i in range(hit + 1, hi + 1) if not changed(releases[i]))
+        return releases[hit], releases[hit - 1], undone
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if changed(releases[mid]):
+            hi = mid
+        else:
+            lo = mid
+    return releases[hi], releases[lo], None
 
 
 def bisect(contract: str, a: str | None = None, b: str | None = None, cache_dir=None, fixture: Path | None = None,
@@ -80,16 +105,9 @@ def bisect(contract: str, a: str | None = None, b: str | None = None, cache_dir=
             log(f"gate bisect: {version}: {len(found)} finding(s) for {contract}")
         return findings_at[version]
 
-    lo, hi = 0, len(releases) - 1  # releases[lo] has none (it is A), releases[hi] is the candidate
-    if not findings(releases[hi]):
+    out.first, out.last_without, out.undone_in = locate(releases, lambda v: bool(findings(v)))
+    if out.first is None:
         return out
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if findings(releases[mid]):
-            hi = mid
-        else:
-            lo = mid
-    out.first, out.last_without = releases[hi], releases[lo]
     root = sources.ensure(out.first, cache_dir).root
     for f in findings(out.first):
         line = _line(root, f.evidence)

@@ -151,7 +151,8 @@ def _run_client(args, old_spec, new_spec) -> int:
     try:
         got = [artifacts.fetch(spec, args.cache_dir) for spec in (new_spec, old_spec)][::-1]
         old, new = _side_label(got[0], old_spec.label), _side_label(got[1], new_spec.label)
-        rep = client.report(args.client_version, old, new, client.check(args.client_version, got[0].root, got[1].root))
+        rep = client.report(args.client_version, old, new, client.check(args.client_version, got[0].root, got[1].root),
+                            client.not_judged(got[0].root, got[1].root))
     except (sources.SourceError, OSError, ValueError, SyntaxError) as exc:
         print(f"harness gate: {exc}", file=sys.stderr)
         return 2
@@ -162,7 +163,7 @@ def _run_client(args, old_spec, new_spec) -> int:
         write_atomic(Path(args.summary), text)
     write_atomic(Path(args.json) if args.json else REPORTS / f"gate-client{args.client_version}-{old}-to-{new}.json",
                  json.dumps(rep, indent=2) + "\n")
-    return 0 if rep["verdict"] == client.SAFE else 1
+    return rep["exit_code"]
 
 
 class InputRefused(ValueError):

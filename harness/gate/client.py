@@ -11,7 +11,10 @@ takes), never imported. What the path needs of vLLM:
   exists in the vLLM base with the same parameters, and every abstract method of a vLLM base is implemented.
 Each need is a finding per side; the verdict is about the candidate: SAFE when every need holds there, BROKEN
 when one does not (a need that held on --from is a regression, one that did not is still missing). Exit 0 / 1;
-2 when it cannot decide (no surface recorded for that client, unreadable sources).
+2 when it cannot decide (no surface recorded for that client, unreadable sources), and UNDECIDED (exit 2) when
+the needs hold but the candidate's server runs code no signature can judge: `extract_hidden_states` served by
+another implementation than on --from (vLLM 0.34 serves it with the V2 runner's `ExtractHiddenStatesSpeculator`,
+0.32 with the V1 runner's `ExtractHiddenStatesProposer`). Only running the client on that build decides it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ from harness.native.connectors_surface import fixture_path as connectors_fixture
 #: speculators release -> the hs-connectors release whose used surface it brings (None: its connectors are
 #: vLLM's own). Only releases whose surface is recorded can be gated.
 CONNECTORS_OF = {"0.9.0": "0.9.0"}
-SAFE, BROKEN = "SAFE", "BROKEN"
+SAFE, BROKEN, UNDECIDED = "SAFE", "BROKEN", "UNDECIDED"
+EXIT = {SAFE: 0, BROKEN: 1, UNDECIDED: 2}
+#: The classes that serve the `extract_hidden_states` method, by the runner package they belong to.
+SERVER_CLASS = re.compile(r"^class (ExtractHiddenStates(?:Speculator|Proposer))\b", re.MULTILINE)
 
 
 class ClientUnknown(ValueError):
@@ -244,13 +250,41 @@ def check(version: str, old_root: Path | None, new_root: Path) -> list[Need]:
     return out
 
 
-def report(version: str, old: str, new: str, needs: list[Need]) -> dict:
+def server_implementation(root: Path) -> str | None:
+    """`file:Class` of what serves `extract_hidden_states` on the runner the GPU worker builds by default: the class
+    in that runner's package's `spec_decode`, else in vLLM's V1 `vllm/v1/spec_decode`; None where neither has it."""
+    from harness.gate import runners
+
+    root = Path(root)
+    packages = [r.path.rsplit(".", 2)[0] for r in runners.read(str(root), "vllm.v1.worker.gpu_worker").defaults]
+    for folder in [*(root.joinpath(*p.split("."), "spec_decode") for p in packages), root / "vllm/v1/spec_decode"]:
+        for f in sorted(folder.glob("*.py")) if folder.is_dir() else ():
+            m = SERVER_CLASS.search(f.read_text(encoding="utf-8", errors="replace"))
+            if m:
+                return f"{f.relative_to(root).as_posix()}:{m.group(1)}"
+    return None
+
+
+def not_judged(old_root: Path | None, new_root: Path) -> list[str]:
+    """What the candidate runs that the static reading cannot judge, in words (empty: nothing)."""
+    new = server_implementation(new_root)
+    old = server_implementation(old_root) if old_root else None
+    if new is None or old is None or new == old:  # nothing to compare with: the needs alone decide
+        return []
+    return [f"the server's extract_hidden_states runs {new} (on --from: {old}): its behaviour is not a signature; run this "
+            f"client through vllm serve on that build to judge it"]
+
+
+def report(version: str, old: str, new: str, needs: list[Need], unjudged: list[str] | None = None) -> dict:
     failing = [n for n in needs if not n.new[0]]
+    unjudged = list(unjudged or [])
+    verdict = BROKEN if failing else UNDECIDED if unjudged else SAFE
     return {"schema": "harness-gate-client/1", "client": f"speculators {version}",
             "connectors": f"hs-connectors {CONNECTORS_OF[version]}", "from": old, "to": new,
-            "verdict": BROKEN if failing else SAFE, "needs": [n.to_json() for n in needs],
+            "verdict": verdict, "exit_code": EXIT[verdict], "needs": [n.to_json() for n in needs],
             "regressions": [n.id for n in failing if n.status == "regression"],
-            "missing_on_both": [n.id for n in failing if n.status == "missing on both"]}
+            "missing_on_both": [n.id for n in failing if n.status == "missing on both"],
+            "not_judged": unjudged}
 
 
 def markdown(rep: dict) -> str:
@@ -264,4 +298,6 @@ def markdown(rep: dict) -> str:
         lines += ["", "Broken by the move: " + ", ".join(rep["regressions"])]
     if rep["missing_on_both"]:
         lines += ["", "Missing on both sides: " + ", ".join(rep["missing_on_both"])]
+    if rep.get("not_judged"):
+        lines += ["", "**Not judged statically:**", *[f"- {x}" for x in rep["not_judged"]]]
     return "\n".join(lines) + "\n"

@@ -16,7 +16,7 @@ from typing import Callable
 from harness import contracts
 from harness.contracts import layer
 from harness.contracts.base import GateCover
-from harness.gate.facts import SURFACE, Finding
+from harness.gate.facts import RUNTIME, SURFACE, Finding
 
 #: (import symbol glob, chain after it or None for any, contract): the first matching row owns a fact; anything
 #: else is SURFACE (used vLLM API outside every contract).
@@ -83,6 +83,8 @@ def cover(finding: Finding) -> Cover | None:
 
 
 def uncovered_reason(finding: Finding) -> str:
+    if finding.detail.get("why"):  # the check that made the fact says what no shim restores
+        return finding.detail["why"]
     near = [c for c in COVERS if c.contract == finding.contract and c.kind == finding.kind]
     if near:
         return f"{near[0].shim} handles this kind of change only when {near[0].condition}"
@@ -95,7 +97,7 @@ def uncovered_reason(finding: Finding) -> str:
 
 def validate(contract_ids: list[str]) -> list[str]:
     """Problems with the table: unknown contract ids, covering code that is not one of the contract's shims."""
-    known = set(contract_ids) | {SURFACE}
+    known = set(contract_ids) | {SURFACE, RUNTIME}
     problems = [f"unknown contract {c!r} in OWNERS" for _, _, c in OWNERS if c not in known]
     problems += [f"unknown contract {c.contract!r} in COVERS" for c in COVERS if c.contract not in known]
     problems += [f"unknown contract {c!r} in OUTSIDE" for c in OUTSIDE if c not in known]

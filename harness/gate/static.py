@@ -1,5 +1,6 @@
 """The static comparison: speculators' used vLLM surface, read in two versions' sources, fact by fact.
 
+The harness's own shims are read the same way (`shim_surface`): what they import, call and read in vLLM.
 Generic facts come from the surface fixture alone: every `module:Name` speculators imports (still
 there? moved?), every call it makes into vLLM (each keyword it passes still taken? a new required
 parameter it does not pass? too many positionals?) and every attribute it reads on a vLLM object.
@@ -137,13 +138,16 @@ def surface_facts(tree: Tree, used: UsedSurface) -> tuple[list[Fact], Follower]:
 
 def version_facts(root: str, fixture: str) -> list[Fact]:
     """Every fact of one version (run in a worker process: griffe and the AST stay there)."""
+    from harness.gate import shim_surface
     from harness.gate.used_surface import load
 
     used = load(path=Path(fixture))
+    ours = shim_surface.load()
 
     def read(tree: Tree) -> list[Fact]:
         facts, follower = surface_facts(tree, used)
         facts += checks.run_all(tree, used, follower)
+        facts += shim_surface.facts(tree, ours)
         return _unique(facts)
 
     return analyse(Path(root), checks.seed_modules(used), read)

@@ -20,7 +20,8 @@ JSON report (`reports/gate-<from>-to-<to>.json`, schema "harness-gate/1"):
 * `speculators`, `surface`: the speculators version and the used-surface fixture read
 * `sources`: per version, `root` (the cached sources) and `origin` ("cache" or the archive)
 * `contracts`: id -> {`status`: unchanged | covered | needs-new-shim | broken | not-checked |
-  outside, `findings`, `shims`, `note`}; "surface" is speculators' vLLM use outside every contract
+  outside, `findings`, `shims`, `note`}; "surface" is speculators' vLLM use outside every contract, "runtime"
+  the vLLM use of the harness's worker extension, executor view and transport
 * `findings`: [{`contract`, `symbol`, `kind`, `old`, `new`, `evidence` (file:line in the new
   source), `site` (speculators' line), `status` (covered | accepted | uncovered), `shim`,
   `reason`, `detail`}]
@@ -40,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from harness.contracts import by_id
 from harness.gate import coverage
 from harness.gate.allowlist import Entry, apply
-from harness.gate.facts import SURFACE, Finding
+from harness.gate.facts import RUNTIME, SURFACE, Finding
 from harness.gate.static import Comparison
 from harness.reporting.report import now
 
@@ -86,7 +87,7 @@ def decide(old: str, new: str, comparison: Comparison, contract_ids: list[str], 
             f.status, f.reason = "needs-model-config", coverage.MODEL_CONFIG_HINT.format(keys=keys)
     gate.expired = apply(gate.findings, entries, today)
     shimless = {cid for cid, m in by_id().items() if m.CONTRACT.shim is None}
-    for cid in [*contract_ids, SURFACE]:
+    for cid in [*contract_ids, SURFACE, RUNTIME]:
         gate.contracts[cid] = _status(cid, gate, comparison, dynamic, dynamic_reason, shimless)
     statuses = {c["status"] for c in gate.contracts.values()}
     gate.not_checked = {c: comparison.not_checked.get(c) or [s["note"]] for c, s in gate.contracts.items()
@@ -114,8 +115,13 @@ def _status(cid: str, gate: Gate, comparison: Comparison, dynamic: dict | None, 
     if cid in coverage.OUTSIDE:
         answer = (dynamic or {}).get("contracts", {}).get(cid)
         gate.outside[cid] = {"reason": coverage.OUTSIDE[cid], "dynamic": answer or dynamic_reason}
-        return {"status": "outside", "findings": 0, "shims": [],
-                "note": f"not checked statically: {coverage.OUTSIDE[cid]}; dynamic: {answer or dynamic_reason}"}
+        outside_note = f"not checked statically: {coverage.OUTSIDE[cid]}; dynamic: {answer or dynamic_reason}"
+        if not mine and cid not in comparison.not_checked:
+            checked = comparison.checked.get(cid, 0)
+            return {"status": "outside", "findings": 0, "shims": [],
+                    "note": (f"{checked} static fact(s) unchanged; " if checked else "") + outside_note}
+        # What the sources do show of it (the runner its shims read) changed or could not be read: judged below,
+        # as any contract is; the part outside the sources stays listed.
     undecidable = [f for f in mine if f.status == "needs-model-config"]
     if undecidable:
         return {"status": "not-checked", "findings": len(mine), "shims": shims, "note": undecidable[0].reason}

@@ -6,7 +6,11 @@ import json
 from pathlib import Path
 
 from harness import gpu_tier
+from harness.paths import REPORTS
 from harness.reporting.report import write_atomic
+
+#: The committed GPU reports: a baseline for a nightly that writes elsewhere (a CI runner's fresh checkout).
+COMMITTED = REPORTS / "gpu"
 
 
 def write(model_name: str, cfg, prompts: list[list[int]], facts: dict, meta: dict) -> None:
@@ -16,7 +20,8 @@ def write(model_name: str, cfg, prompts: list[list[int]], facts: dict, meta: dic
     date = gpu_tier.today()
     fp = facts.get("fingerprint", {})
     key = gpu_tier.run_key(cfg.model_path, cfg.tp, cfg.dtype, prompts, facts.get("layer_ids", []))
-    prev = gpu_tier.baseline(Path(cfg.report_dir), key["key"], date)
+    prev = gpu_tier.baseline([Path(cfg.report_dir), COMMITTED], key["key"], date,
+                             exclude=Path(cfg.report_dir) / f"{date}-{name}.json")
     drift = gpu_tier.compare(prev[1].get("fingerprint") if prev else None, fp, prev[0] if prev else None)
     rep = {"schema": "harness-gpu-report/1", "date": date, "model": model_name, "run_key": key,
            "config": gpu_tier.asdict_config(cfg),

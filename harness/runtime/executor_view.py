@@ -182,11 +182,15 @@ class ExecutorView:
             if self._closed:
                 return
             self._closed = True
-        transport.forget(proc.pid for _, proc in worker_procs(self.real))
+        pids = [proc.pid for _, proc in worker_procs(self.real)]
+        transport.forget(pids)
         try:
             stop_workers_promptly(self.real)
         finally:
-            self.real.shutdown()
+            try:
+                self.real.shutdown()
+            finally:
+                transport.discard_files(pids)  # a worker killed mid-batch leaves its buffer unmapped by us
 
     @property
     def closed(self) -> bool:

@@ -205,6 +205,19 @@ def read_model_config(model_path: str | os.PathLike) -> dict:
     return cfg
 
 
+#: What vLLM's default loader reads from a checkpoint folder (safetensors first, then PyTorch's formats).
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt")
+
+
+def check_weights(model_path: str | os.PathLike) -> None:
+    """A folder with a config but no weights fails only inside the worker, after ~30 s, as a generic start-up
+    error whose cause is in the worker's log: refuse it here, in one line."""
+    path = Path(model_path)
+    if not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
+        raise HarnessInputError(f"model path {str(path)!r} has a config.json but no weights "
+                                f"({', '.join(WEIGHT_PATTERNS)}): nothing for vLLM to load")
+
+
 def _is_int(x) -> bool:
     """A Python int (or a NumPy/torch integer scalar), never a bool, float or string that merely converts."""
     if isinstance(x, bool):
@@ -249,6 +262,7 @@ class HarnessGenerator:
                  disable: set[str] | frozenset = frozenset(), options: Options = Options(),
                  rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S):
         cfg = text_config(read_model_config(model_path))
+        check_weights(model_path)
         self.num_layers = int(cfg["num_hidden_layers"])
         self.vocab_size = int(cfg["vocab_size"])
         self.hidden_size = int(cfg["hidden_size"])

@@ -62,13 +62,23 @@ def _views(buf, layout) -> list:
 
 
 class Publisher:
-    """Worker side: one reusable shared-memory buffer, grown on demand."""
+    """Worker side: one reusable shared-memory buffer, grown on demand.
 
-    def __init__(self, directory: str = SHM):
+    On CUDA the buffer is page-locked (`cudaHostRegister`) and must be unregistered before it is dropped: the
+    mapping goes away with the last view, the registration does not, and the next mapping may reuse those
+    addresses. Not unregistering it crashed the worker the second time a batch outgrew the buffer on the H200
+    (`cudaErrorHostMemoryAlreadyRegistered`, raised by whichever CUDA call came next). `pins` is who registers:
+    CUDA's runtime where it is available, none elsewhere (a unit test passes one that keeps CUDA's rules).
+    """
+
+    def __init__(self, directory: str = SHM, pins: "Pins | None" = None):
         self.directory = directory
         self.path: str | None = None
         self.buf = None  # uint8 tensor over the mapped file
         self.published = 0
+        self.grown = 0  # buffers made (the first included)
+        self.pins = pins if pins is not None else CudaPins.if_available()
+        self._pinned: tuple[int, int] | None = None  # (address, bytes) registered for self.buf
 
     def _buffer(self, total: int):
         import torch
@@ -81,8 +91,10 @@ class Publisher:
         self.path = os.path.join(self.directory, f"harness-states-{os.getpid()}-{uuid.uuid4().hex}")
         storage = torch.UntypedStorage.from_file(self.path, shared=True, nbytes=total)
         self.buf = torch.empty(0, dtype=torch.uint8).set_(storage)
-        if torch.cuda.is_available():  # page-locked: the device copies straight into it
-            torch.cuda.cudart().cudaHostRegister(self.buf.data_ptr(), total, 0)
+        self.grown += 1
+        if self.pins is not None:  # page-locked: the device copies straight into it
+            self._pinned = (self.buf.data_ptr(), total)
+            self.pins.register(*self._pinned)
         return self.buf
 
     def publish(self, states: list) -> SharedStates | None:
@@ -103,10 +115,51 @@ class Publisher:
         return SharedStates(self.path, int(self.buf.numel()), tuple(layout))
 
     def close(self) -> None:
-        """Drop the buffer (the caller may still map it; the memory goes with the last mapping)."""
+        """Drop the buffer (the caller may still map it; the memory goes with the last mapping), unpinned first."""
+        if self._pinned is not None:
+            self.pins.unregister(self._pinned[0])
+            self._pinned = None
         if self.path and os.path.exists(self.path):
             os.unlink(self.path)
         self.path, self.buf = None, None
+
+
+class Pins:
+    """Page-locks host memory for device copies (the part of CUDA's runtime the publisher uses)."""
+
+    def register(self, address: int, nbytes: int) -> None:
+        raise NotImplementedError
+
+    def unregister(self, address: int) -> None:
+        raise NotImplementedError
+
+
+class CudaPins(Pins):
+    """`cudaHostRegister` / `cudaHostUnregister`, each checked: a failure is raised here, where it happened,
+    instead of surfacing in whichever CUDA call comes next."""
+
+    @staticmethod
+    def if_available() -> "CudaPins | None":
+        import torch
+
+        return CudaPins() if torch.cuda.is_available() else None
+
+    def register(self, address: int, nbytes: int) -> None:
+        self._check("cudaHostRegister", self._rt().cudaHostRegister(address, nbytes, 0))
+
+    def unregister(self, address: int) -> None:
+        self._check("cudaHostUnregister", self._rt().cudaHostUnregister(address))
+
+    @staticmethod
+    def _rt():
+        import torch
+
+        return torch.cuda.cudart()
+
+    def _check(self, call: str, rc) -> None:
+        code = int(getattr(rc, "value", rc))
+        if code:
+            raise RuntimeError(f"{call} failed: {self._rt().cudaGetErrorString(rc)} (cudaError {code})")
 
 
 class Stream:
@@ -254,6 +307,25 @@ def forget(pids) -> None:
     """Drop the mappings of these worker processes (their executor is shut down)."""
     for pid in pids:
         _MAPPED.pop(pid, None)
+
+
+def discard_files(pids, directory: str = SHM) -> list[str]:
+    """Unlink the buffers these (stopped) worker processes left in `directory`: a worker killed mid-batch, or
+    one whose last buffer the caller never mapped, leaves its file behind (GiBs at real shapes). Returns them."""
+    gone = []
+    for pid in pids:
+        prefix = f"harness-states-{pid}-"
+        try:
+            names = [n for n in os.listdir(directory) if n.startswith(prefix)]
+        except OSError:
+            return gone
+        for name in names:
+            try:
+                os.unlink(os.path.join(directory, name))
+                gone.append(name)
+            except FileNotFoundError:
+                pass
+    return gone
 
 
 def materialize(reply):

@@ -170,6 +170,7 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
     def _get_captured_states(self):
         """speculators' states, handed over through shared memory where there is room (harness.runtime.transport):
         streamed during the steps where every row was placed, else after the last step."""
+        self._maybe_hang("_get_captured_states")
         if self._harness_transport == "stream" and self._harness_stream is not None:
             handle = self._harness_stream.take()
             if handle is not None:
@@ -207,6 +208,13 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
         import torch
 
         return int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else None
+
+    def _harness_memory_reserved(self) -> int | None:
+        """Bytes torch's caching allocator holds on this worker's device now (None off CUDA): the soak scenario
+        reads it after every call to see device memory stay flat."""
+        import torch
+
+        return int(torch.cuda.memory_reserved()) if torch.cuda.is_available() else None
 
     def _harness_hang_next(self, method: str, seconds: float) -> None:
         """Test hook: make the next call of `method` on this worker sleep (a hung worker, on demand)."""

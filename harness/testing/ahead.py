@@ -8,6 +8,13 @@ ends, beside the tests before them; the test then waits for its job's result (at
 asserts on it as before. Only jobs of selected tests start (`@pytest.mark.ahead("name")` on the test, the job
 registered with `@job("name")`); a test whose job has not started runs it itself.
 
+A job is two parts. The function registered runs in the thread that starts the job (pytest's main thread): all
+in-process work belongs there (imports, building a tiny model, reading a wheel, writing inputs). It returns the
+part that runs on the background thread, which only starts child processes and waits for them. The split is
+the point: libraries with lazy module attributes are not safe to import from two threads at once (seen:
+`ImportError: cannot import name 'AutoConfig' from 'transformers'` in a job while the main thread imported
+transformers too, 2 fresh-clone runs in 3), and two threads building the same cached model would race as well.
+
 The jobs' processes carry `harness.processes.JOB_MARK` = this process's pid in their environment (their own
 children inherit it), so the leak check leaves them to their job, not to whichever test happens to be running
 (`harness.processes.children`). At session end, what is still running is killed and waited for: no process
@@ -26,7 +33,8 @@ _POOL: ThreadPoolExecutor | None = None
 
 
 def job(name: str):
-    """Register `fn()` as the background job `name` (its result is what the test asserts on)."""
+    """Register `fn()` as the background job `name`: `fn()` runs in the starting thread and returns a callable
+    (child processes only) whose result is what the test asserts on."""
     def register(fn):
         _JOBS[name] = fn
         return fn
@@ -45,7 +53,16 @@ def _submit(name: str) -> Future:
     if name not in _FUTURES:
         if _POOL is None:
             _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-ahead")
-        _FUTURES[name] = _POOL.submit(_JOBS[name])
+        try:
+            waits = _JOBS[name]()  # the in-process part, in this thread
+        except Exception as exc:  # noqa: BLE001 - the test that asks for the job raises it
+            failed: Future = Future()
+            failed.set_exception(exc)
+            _FUTURES[name] = failed
+        else:
+            if not callable(waits):
+                raise TypeError(f"background job {name!r} must return the callable its thread runs, got {waits!r}")
+            _FUTURES[name] = _POOL.submit(waits)
     return _FUTURES[name]
 
 

@@ -19,7 +19,7 @@ import pytest  # noqa: E402
 
 from harness.paths import REPORTS  # noqa: E402
 from harness.testing.gpu import gpu_config, hold_gpu_skip, pytest_collection_modifyitems  # noqa: E402,F401
-from harness.testing.leaks import no_leftover_workers  # noqa: E402,F401
+from harness.testing.leaks import no_leftover_shared_memory, no_leftover_workers  # noqa: E402,F401
 from harness.testing.recording import (expectations, harness_meta, numerics_expected, record_e2e,  # noqa: E402,F401
                                       record_note, record_observation, record_proof)
 from harness.testing.session_report import (report_generator_starts, pytest_collection_finish,  # noqa: E402,F401

@@ -24,6 +24,22 @@ def test_missing_model_path(tmp_path):
         HarnessGenerator(tmp_path / "no-such-model")
 
 
+def test_checkpoint_without_weights_is_refused_before_start(runs, tmp_path):
+    """A folder with the model's config and tokenizer but no weights: one line naming what is missing, at once
+    (it used to fail ~30 s later as a generic worker start-up error)."""
+    import shutil
+    import time
+
+    src = runs(LLAMA).model.path
+    for f in src.iterdir():
+        if not f.name.endswith((".safetensors", ".bin", ".pt")):
+            shutil.copy(f, tmp_path / f.name) if f.is_file() else shutil.copytree(f, tmp_path / f.name)
+    t0 = time.monotonic()
+    with pytest.raises(HarnessInputError, match=r"has a config.json but no weights \(\*.safetensors"):
+        HarnessGenerator(tmp_path, [1])
+    assert time.monotonic() - t0 < 5
+
+
 @pytest.mark.parametrize("layer_ids", [[6], [-1], [0, 99]])
 def test_layer_id_out_of_range(layer_ids, runs):
     with pytest.raises(HarnessInputError, match=r"out of range: the model has 6 decoder layers"):
@@ -89,19 +105,23 @@ def test_vllm_version_without_expectations(tmp_path):
 
 
 @ahead.job("observed-run")
-def _observed_run() -> dict:
+def _observed_run():
     """`harness run` on a subset with an empty expectations folder (in the background: harness.testing.ahead)."""
-    with tempfile.TemporaryDirectory(prefix="harness-observed-") as tmp:
-        tmp = Path(tmp)
-        (tmp / "none").mkdir()
-        env = ahead.env({**os.environ, "HARNESS_EXPECTATIONS_DIR": str(tmp / "none")})
-        env.pop("HARNESS_OBSERVE", None)
-        out = subprocess.run([sys.executable, "-m", "harness", "run", "--env", "observed-x", "--", "--harness-report-dir",
-                              str(tmp / "reports"), "-k", "test_contract and schedcfg"],
-                             capture_output=True, text=True, env=env, timeout=600)
-        return {"rc": out.returncode, "stdout": out.stdout, "stderr": out.stderr,
-                "report": _read(tmp / "reports" / "observed-x.json"),
-                "draft": _read(tmp / "reports" / "observed-x.expectations-draft.toml")}
+    env = ahead.env({**os.environ})
+    env.pop("HARNESS_OBSERVE", None)
+
+    def child() -> dict:
+        with tempfile.TemporaryDirectory(prefix="harness-observed-") as tmp:
+            tmp = Path(tmp)
+            (tmp / "none").mkdir()
+            out = subprocess.run([sys.executable, "-m", "harness", "run", "--env", "observed-x", "--",
+                                  "--harness-report-dir", str(tmp / "reports"), "-k", "test_contract and schedcfg"],
+                                 capture_output=True, text=True, env={**env, "HARNESS_EXPECTATIONS_DIR": str(tmp / "none")},
+                                 timeout=600)
+            return {"rc": out.returncode, "stdout": out.stdout, "stderr": out.stderr,
+                    "report": _read(tmp / "reports" / "observed-x.json"),
+                    "draft": _read(tmp / "reports" / "observed-x.expectations-draft.toml")}
+    return child
 
 
 def _read(path: Path) -> str | None:
@@ -181,7 +201,10 @@ def test_malformed_expectations_file_is_one_line_exit_2(tmp_path, observe):
 
 def test_worker_killed_mid_generate_is_named_and_sticks(runs):
     """A worker killed while generate() waits on it: WorkerDied names the worker and its signal, the executor
-    is shut down, and every later call says the same (not vLLM's 'should not be called on follower node')."""
+    is shut down, and every later call says the same (not vLLM's 'should not be called on follower node').
+    Killed after it grew its hand-off buffer for the batch and before we mapped it: the buffer's file in
+    /dev/shm is removed with the executor."""
+    import glob
     import signal
     import threading
 
@@ -190,12 +213,25 @@ def test_worker_killed_mid_generate_is_named_and_sticks(runs):
     gen = HarnessGenerator(runs(LLAMA).model.path, [1], max_model_len=256)
     # Held from the start: once destroyed, nothing else keeps the contexts, and a weak set forgets collected ones.
     tracked = list(gen.state.zmq_contexts)
+    seen: list[str] = []
     try:
         worker = gen.real_executor.workers[0].proc
-        gen.real_executor.collective_rpc("_harness_hang_next", args=("_reset_capture", 60))
-        threading.Timer(2.0, os.kill, args=(worker.pid, signal.SIGKILL)).start()
+        gen.generate([[5, 6, 7]])  # a first, small buffer (mapped and unlinked by us)
+        pattern = f"/dev/shm/harness-states-{worker.pid}-*"
+
+        def kill_once_grown():
+            deadline = time.monotonic() + 60
+            while not seen and time.monotonic() < deadline:
+                seen.extend(glob.glob(pattern))
+                time.sleep(0.05)
+            os.kill(worker.pid, signal.SIGKILL)
+
+        gen.real_executor.collective_rpc("_harness_hang_next", args=("_get_captured_states", 120))
+        killer = threading.Thread(target=kill_once_grown, daemon=True)
+        killer.start()
         with pytest.raises(WorkerDied, match=rf"worker 0 \(pid {worker.pid}\) died: killed by SIGKILL"):
-            gen.generate([[5, 6, 7]])
+            gen.generate([[5 + i] * 200 for i in range(4)])
+        killer.join(5)
         with pytest.raises(WorkerDied, match=r"worker 0 .* died: killed by SIGKILL; .*build a new generator"):
             gen.generate([[5, 6, 7]])
         assert gen.executor_view.closed
@@ -203,6 +239,8 @@ def test_worker_killed_mid_generate_is_named_and_sticks(runs):
         gen.close()
     assert tracked, "no zmq context of the executor was tracked: nothing would stop it from hanging the collector"
     assert all(ctx.closed for ctx in tracked), "a zmq context of the shut-down executor is still open"
+    assert seen, "the worker never grew its hand-off buffer for the larger batch: nothing was left to clean up"
+    assert not glob.glob(pattern), f"the killed worker's hand-off buffer is still in /dev/shm: {glob.glob(pattern)}"
 
 
 # vLLM's writer message queue, in a reference cycle as the executor's objects are after a failed start; then
@@ -215,6 +253,8 @@ contexts = weakref.WeakSet()
 with zmq_contexts.track(contexts):
     mq = MessageQueue(1, 1)
 mq.cycle = mq
+segment = getattr(getattr(getattr(mq, "buffer", None), "shared_memory", None), "name", "")
+print("segment", segment, flush=True)
 print("tracked", len(contexts), flush=True)
 if sys.argv[1] == "destroy":
     zmq_contexts.destroy(contexts)
@@ -229,12 +269,12 @@ print("collected", flush=True)
 HANG_S = 8
 
 
-def _start_mq(mode: str):
+def _start_mq(mode: str, env: dict):
     """The script in a child interpreter; a reader thread keeps its output and notes when the queue exists."""
     import threading
 
     proc = subprocess.Popen([sys.executable, "-c", _MQ_SCRIPT, mode], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=ahead.env())
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
     lines, tracked = [], threading.Event()
 
     def read():
@@ -257,18 +297,51 @@ def _finish_mq(started, hang_s: float) -> tuple[bool, str]:
         proc.wait(timeout=hang_s)
         finished = True
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
+        # The child alone first: its multiprocessing resource tracker (same group) then sees it gone and unlinks
+        # the child's semaphores in /dev/shm; whatever of the group is still there after that is killed.
+        proc.kill()
         proc.wait()
+        _wait_group(proc.pid, 10)
         finished = False
     reader.join(5)
+    _unlink_segments(lines)
     return finished, "".join(lines)
 
 
+def _wait_group(pgid: int, timeout: float) -> None:
+    """Wait until no process of group `pgid` is left (up to `timeout`), then kill what is."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    try:
+        os.killpg(pgid, 9)
+    except ProcessLookupError:
+        pass
+
+
+def _unlink_segments(lines: list[str]) -> None:
+    """The child is killed by design (or exits without collecting its queue): its shared-memory ring buffer
+    (240 MiB) is never unlinked by vLLM then, so the test does it."""
+    for line in lines:
+        if line.startswith("segment "):
+            name = line.split(None, 1)[1].strip()
+            if name and "/" not in name:
+                Path("/dev/shm", name).unlink(missing_ok=True)
+
+
 @ahead.job("zmq-collector")
-def _zmq_collector() -> tuple:
+def _zmq_collector():
     """Both children side by side (in the background: harness.testing.ahead)."""
-    destroy, keep = _start_mq("destroy"), _start_mq("keep")
-    return _finish_mq(destroy, 60), _finish_mq(keep, HANG_S)
+    job_env = ahead.env()
+
+    def children() -> tuple:
+        destroy, keep = _start_mq("destroy", job_env), _start_mq("keep", job_env)
+        return _finish_mq(destroy, 60), _finish_mq(keep, HANG_S)
+    return children
 
 
 @pytest.mark.ahead("zmq-collector")
@@ -304,44 +377,48 @@ _COMPLETE = {"env": "sigterm", "status": "pass", "note": "a complete earlier run
 
 
 @ahead.job("sigterm-run")
-def _sigterm_run() -> dict:
+def _sigterm_run():
     """`harness run` on the e2e suite, SIGTERM 2 s after its first worker exists (in the background:
     harness.testing.ahead); what it left: exit code, time to stop, survivors, both reports."""
     import signal
 
     import psutil
 
-    with tempfile.TemporaryDirectory(prefix="harness-sigterm-") as tmp:
-        reports = Path(tmp) / "reports"
-        reports.mkdir()
-        (reports / "sigterm.json").write_text(json.dumps(_COMPLETE))
-        proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--env", "sigterm", "--suite", "suites/e2e",
-                                 "--", "-q", "--harness-report-dir", str(reports)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ahead.env())
-        out, took, family = "", None, []
-        try:
-            deadline = time.monotonic() + 240
-            workers = []
-            while time.monotonic() < deadline and proc.poll() is None:
-                workers = [p for p in _descendants(proc.pid) if "resource_tracker" not in " ".join(p.cmdline())]
-                if workers:
-                    break
-                time.sleep(1)
-            if workers and proc.poll() is None:
-                time.sleep(2)  # inside the first tests
-                family = _descendants(proc.pid)
-                t0 = time.monotonic()
-                proc.send_signal(signal.SIGTERM)
-                out, _ = proc.communicate(timeout=90)
-                took = time.monotonic() - t0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                out += proc.communicate()[0] or ""
-        gone, alive = psutil.wait_procs(family, timeout=10)
-        alive = [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        return {"interrupted": took is not None, "took": took, "rc": proc.returncode, "out": out, "alive": alive,
-                "complete": _read(reports / "sigterm.json"), "incomplete": _read(reports / "sigterm.incomplete.json")}
+    job_env = ahead.env()
+
+    def child() -> dict:
+        with tempfile.TemporaryDirectory(prefix="harness-sigterm-") as tmp:
+            reports = Path(tmp) / "reports"
+            reports.mkdir()
+            (reports / "sigterm.json").write_text(json.dumps(_COMPLETE))
+            proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--env", "sigterm", "--suite", "suites/e2e",
+                                     "--", "-q", "--harness-report-dir", str(reports)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job_env)
+            out, took, family = "", None, []
+            try:
+                deadline = time.monotonic() + 240
+                workers = []
+                while time.monotonic() < deadline and proc.poll() is None:
+                    workers = [p for p in _descendants(proc.pid) if "resource_tracker" not in " ".join(p.cmdline())]
+                    if workers:
+                        break
+                    time.sleep(1)
+                if workers and proc.poll() is None:
+                    time.sleep(2)  # inside the first tests
+                    family = _descendants(proc.pid)
+                    t0 = time.monotonic()
+                    proc.send_signal(signal.SIGTERM)
+                    out, _ = proc.communicate(timeout=90)
+                    took = time.monotonic() - t0
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    out += proc.communicate()[0] or ""
+            gone, alive = psutil.wait_procs(family, timeout=10)
+            alive = [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+            return {"interrupted": took is not None, "took": took, "rc": proc.returncode, "out": out, "alive": alive,
+                    "complete": _read(reports / "sigterm.json"), "incomplete": _read(reports / "sigterm.incomplete.json")}
+    return child
 
 
 @pytest.mark.ahead("sigterm-run")

@@ -22,19 +22,25 @@ MODEL = "tiny-llama"
 
 
 @ahead.job("second-client")
-def _theirs() -> dict:
+def _theirs():
     """0.4.0's generator on the shared generator's model, layers and prompts, in a child interpreter (in the
-    background: harness.testing.ahead); or why it does not apply to the installed vLLM."""
+    background: harness.testing.ahead); or why it does not apply to the installed vLLM. The model is built and
+    the inputs chosen here, in the starting thread; the thread only runs the child."""
     tree = second_client.wheel_dir()
     ok, why = second_client.supports_installed_vllm(tree)
     if not ok:
-        return {"applies": False, "why": why}
+        return lambda: {"applies": False, "why": why}
     model = models.build(MODEL)
     layers = sorted(set(model.probe_layers))
     prompts = random_prompts(6, 17, 120, model.vocab_size, seed=11)
-    with tempfile.TemporaryDirectory(prefix="harness-spec040-") as tmp:
-        theirs = second_client.run(tree, model.path, layers, prompts, Path(tmp) / "spec040.pt", base_env=ahead.env())
-    return {"applies": True, "why": why, "tree": str(tree), "layers": layers, "prompts": prompts, "theirs": theirs}
+    job_env = ahead.env()
+
+    def child() -> dict:
+        with tempfile.TemporaryDirectory(prefix="harness-spec040-") as tmp:
+            out = second_client.run_child(tree, model.path, layers, prompts, Path(tmp) / "spec040.pt", base_env=job_env)
+            data = out.read_bytes()  # loaded by the test (torch in the main thread), after the folder is gone
+        return {"applies": True, "why": why, "tree": str(tree), "layers": layers, "prompts": prompts, "theirs": data}
+    return child
 
 
 @pytest.mark.ahead("second-client")
@@ -44,7 +50,7 @@ def test_speculators_040_matches_ours(runs, record_e2e):
         record_e2e(MODEL, "speculators 0.4.0 (second client) agrees", "n/a", job["why"])
         not_applicable(job["why"])
     run = runs(MODEL)
-    layers, prompts, theirs = job["layers"], job["prompts"], job["theirs"]
+    layers, prompts, theirs = job["layers"], job["prompts"], second_client.load(job["theirs"])
     assert layers == sorted(set(run.generator.layer_ids)), "the child ran other layers than the shared generator captures"
     assert theirs["speculators_file"].startswith(job["tree"]), "the child did not run speculators 0.4.0"
     ours = run.generator.generate(prompts)

@@ -144,6 +144,36 @@ def _plain_engine(tier):
                               language_model_only=tier.language_model_only)
 
 
+#: The soak's calls on the GPU (harness.soak): the sequence that killed the worker on the H200 before the hand-off
+#: buffer was unpinned on growth (4x64, 16x1500, 4x64, 32x2000), then random calls to 52 in all.
+SOAK_OPENING = ((4, 64), (16, 1500), (4, 64), (32, 2000))
+SOAK_CALLS, SOAK_SEED = 52, 2026
+
+
+def test_soak_one_generator_calls_of_every_size(tier):
+    """One generator, calls that grow, shrink, straddle step budgets and repeat, a prompt of max_model_len - 1
+    tokens, a call after a refused one: every call rows = tokens and each prompt within the tier's bound of itself
+    extracted alone, no worker replaced, host and device memory flat after warm-up (peaks in the report)."""
+    from harness import soak
+
+    gen = tier.generator
+    budget = int(gen.vllm_config.scheduler_config.max_num_batched_tokens)
+    opening = tuple((n, min(length, gen.max_model_len - 1)) for n, length in SOAK_OPENING)
+    plan = soak.plan(SOAK_SEED, SOAK_CALLS, gen.vocab_size, gen.max_model_len, budget, max_prompts=32, opening=opening)
+    result = soak.run(gen, plan, lambda tensors: bound(tier.cfg.dtype, tensors))
+    rep = result.to_json()
+    tier.facts["soak"] = rep
+    _check(tier, "soak: one generator survives calls of every size", result.ok,
+           f"{rep['calls']} calls (seed {SOAK_SEED}), tokens {min(rep['tokens_per_call'])}-{max(rep['tokens_per_call'])}, "
+           f"max diff alone {rep['max_diff_alone']:.3g} (bound {rep['bound']:.3g}); host peak "
+           f"{rep['host_peak_warmup'] >> 20}/{rep['host_peak_after'] >> 20} MiB (warm-up/after), device peak "
+           f"{[b >> 20 for b in rep['device_peak_warmup']]}/{[b >> 20 for b in rep['device_peak_after']]} MiB; "
+           f"failures: {rep['failures'] or 'none'}")
+    assert not result.failures, result.failures
+    assert result.workers_before == result.workers_after, "a worker was replaced"
+    assert rep["host_flat"] and rep["device_flat"], rep
+
+
 def test_throughput_against_plain_prefill(tier):
     """Extraction against plain vLLM prefill (`LLM.generate(max_tokens=1)`) on the tier's checkpoint and prompts, with
     the model FLOP utilisation of each (harness.flops): the figures the GPU benchmark gives at the generated

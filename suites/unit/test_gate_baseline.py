@@ -42,3 +42,25 @@ def test_dev_versions_are_understood():
     assert sources.normalize(v) == v and sources.dev_commit(v) == "abc1234"
     assert Version(v) < Version("0.34.0") and Version(v) > Version("0.33.9")
     assert sources.dev_commit("0.34.0") is None
+
+
+def test_bisect_finds_a_change_made_and_later_undone_and_reads_each_release_once():
+    """With no change at the newer end, every release between is read: the change made in 0.3 and undone in 0.5
+    is named with both, not reported as "no finding"; a lasting change is bisected."""
+    from harness.gate.bisect import locate
+
+    releases = ["0.1", "0.2", "0.3", "0.4", "0.5", "0.6"]
+    read: list[str] = []
+
+    def changed_in(versions):
+        def changed(v):
+            read.append(v)
+            return v in versions
+        return changed
+
+    assert locate(releases, changed_in({"0.3", "0.4"})) == ("0.3", "0.2", "0.5")
+    assert sorted(read) == sorted(set(read)), "a release was read twice"
+    read.clear()
+    assert locate(releases, changed_in({"0.4", "0.5", "0.6"})) == ("0.4", "0.3", None)
+    assert len(read) < len(releases) - 1, "a lasting change is bisected, not read release by release"
+    assert locate(releases, changed_in(set())) == (None, None, None)

@@ -53,3 +53,17 @@ def test_baseline_is_the_newest_earlier_report_with_the_same_key(tmp_path):
     name, _ = gpu_tier.baseline(tmp_path, "k", "2026-12-02")
     assert name.startswith("2026-12-01-tiny-llama-bbbb")
     assert gpu_tier.baseline(tmp_path, "new", "2026-12-02") is None
+
+
+def test_the_committed_reports_are_a_baseline_for_a_run_that_writes_elsewhere(tmp_path):
+    """A fresh checkout's nightly writes to its own folder: the committed report of the same key is its baseline,
+    also one of the same day; the file the run itself writes never is."""
+    committed, out = tmp_path / "committed", tmp_path / "out"
+    committed.mkdir()
+    out.mkdir()
+    (committed / "2026-12-03-tiny-llama-tp1-bfloat16.json").write_text(json.dumps({"run_key": {"key": "k"}}))
+    (out / "2026-12-03-tiny-llama-tp1-bfloat16.json").write_text(json.dumps({"run_key": {"key": "k"}, "mine": 1}))
+    name, rep = gpu_tier.baseline([out, committed], "k", "2026-12-03",
+                                  exclude=out / "2026-12-03-tiny-llama-tp1-bfloat16.json")
+    assert name == "2026-12-03-tiny-llama-tp1-bfloat16.json" and "mine" not in rep
+    assert gpu_tier.baseline([out], "k", "2026-12-03", exclude=out / "2026-12-03-tiny-llama-tp1-bfloat16.json") is None

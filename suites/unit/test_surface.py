@@ -23,3 +23,18 @@ def test_worker_surface():
 def test_parse_from_text():
     s = surface.parse("m", "from vllm.x import A\nA(b=1, c=2)\nself.executor.collective_rpc('go', unique_reply_rank=0)\n")
     assert s.keywords_of("A") == ["b", "c"] and s.rpc_methods == ["go"] and s.imports == {"A": "vllm.x:A"}
+
+
+def test_the_committed_shim_surface_is_the_one_the_code_shows():
+    """fixtures/surfaces/harness-shims.json is derived from the harness's shim code; edited code with a stale
+    fixture would gate yesterday's shims (regenerate: python -m harness surface --shims)."""
+    import json
+
+    from harness.gate import shim_surface
+
+    committed = json.loads(shim_surface.FIXTURE.read_text())
+    assert committed == shim_surface.derive(), "stale: run `python -m harness surface --shims` and commit the fixture"
+    kinds = {(e["kind"], e["name"], e["site"]) for e in committed["entries"]}
+    assert ("runner", "input_batch", "harness/contracts/chunkedprefill.py:rows_placement") in kinds
+    assert ("rpc", "set_kv_cache_layout", "harness/contracts/kvlayout.py:resolve_layout") in kinds
+    assert ("module", "vllm.v1.attention.backends.utils", "harness/contracts/kvlayout.py:_resolver") in kinds

@@ -170,27 +170,6 @@ def test_attribution_names_whose_fault_a_broken_cell_is(monkeypatch):
     assert wrong.says("X").endswith("(run with VLLM_MLA_DISABLE=1: this build cannot run MLA)")
 
 
-def test_shared_memory_hand_off_reuses_its_mapping_and_never_reads_a_lost_buffer(tmp_path):
-    """The worker reuses one buffer; the caller maps it once (the file is then unlinked) and keeps the mapping
-    until that worker's executor shuts down; a reply naming a buffer that is gone is an error, never zeros
-    (an earlier cache that evicted mappings read a fresh empty file: wrong states, seen in CI)."""
-    import os
-
-    import torch
-
-    from harness.runtime import transport
-
-    pub = transport.Publisher(str(tmp_path))
-    first = pub.publish([torch.arange(6, dtype=torch.float32).reshape(2, 3)])
-    assert torch.equal(transport.materialize(first)[0], torch.arange(6, dtype=torch.float32).reshape(2, 3))
-    assert not os.path.exists(first.path)  # unlinked once mapped
-    second = pub.publish([torch.full((2, 3), 7.0)])
-    assert second.path == first.path and torch.equal(transport.materialize(second)[0], torch.full((2, 3), 7.0))
-    transport.forget([os.getpid()])
-    with pytest.raises(transport.HandOffLost):
-        transport.materialize(pub.publish([torch.zeros(2, 3)]))
-
-
 def test_a_run_on_a_vllm_without_expectations_is_observed_never_pass_nor_fail():
     """Observe mode: rows carry no expectation (all 'unexpected'), a test may fail; the verdict is `observed`,
     exit 4, with the failures listed, and the matrix judges the report the same way."""
@@ -204,43 +183,6 @@ def test_a_run_on_a_vllm_without_expectations_is_observed_never_pass_nor_fail():
     assert report.judge(json.loads(json.dumps(failing)))[0] == "observed"
     held = _rep(rows=(row,))
     assert held["status"] == "fail", "held to expectations, an unexpected row still fails"
-
-
-def test_copy_threads_leave_a_core_per_worker_and_stay_bounded(monkeypatch):
-    """The caller's copy threads: cores less one per busy-polling worker and one spare, 1 to MAX_COPY_THREADS."""
-    from harness.runtime import transport
-
-    for cores, workers, want in ((2, 1, 1), (16, 1, 8), (16, 8, 7), (128, 8, 8), (4, 4, 1)):
-        monkeypatch.setattr(transport.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
-        assert transport.copy_threads(workers) == want, (cores, workers)
-    assert transport.CopyOut(enabled=False).threads is None  # the benchmark's "before": vLLM's setting
-
-
-def test_streamed_hand_off_places_rows_and_falls_back_whole(tmp_path):
-    """Each step's rows go to their final place (moves out of capture order included); the batch's hand-off is
-    the same bytes as the end-of-batch one; a step that cannot be placed, or a batch with rows missing, hands
-    nothing over this way (the worker then falls back to the end-of-batch hand-off)."""
-    import torch
-
-    from harness.runtime import transport
-
-    layers = 2
-    rows = torch.arange(10 * 4, dtype=torch.float32).reshape(10, 4)
-    # request a: rows 0-5 (6 tokens), b: rows 6-9 (4 tokens); step 1 captures b[0:2] then a[0:4];
-    # step 2 captures a[4:6] then b[2:4].
-    steps = [([rows[6:8], rows[0:4]], [(0, 6, 2), (2, 0, 4)]), ([rows[4:6], rows[8:10]], [(0, 4, 2), (2, 8, 2)])]
-    stream = transport.Stream(transport.Publisher(str(tmp_path)))
-    for parts, moves in steps:
-        captured = torch.cat(parts)
-        stream.step([captured * (k + 1) for k in range(layers)], (10, moves))
-    got = transport.materialize(stream.take())
-    assert [torch.equal(g, rows * (k + 1)) for k, g in enumerate(got)] == [True] * layers
-    assert stream.streamed == 1 and transport._coalesce([(0, 4, 2), (2, 6, 3), (9, 0, 1)]) == [(0, 4, 5), (9, 0, 1)]
-    stream.step([rows[:4]], (10, [(0, 0, 4)]))
-    assert stream.take() is None, "rows missing: no streamed hand-off"
-    stream.step([rows[:4]], None)
-    stream.step([rows[4:]], (10, [(0, 4, 6)]))
-    assert stream.take() is None and stream.streamed == 1, "a step not placed spoils the batch's stream"
 
 
 def test_flop_model_counts_a_checkpoint_by_its_headers_as_the_layout_says(tmp_path):

@@ -1,0 +1,85 @@
+"""EngineCore's set-up sequence, read from one version's sources by AST: the calls it makes between building
+the executor and the first step (`EngineCore._initialize_kv_caches`).
+
+speculators 0.3.0 replicates that set-up in its own generator (no EngineCore), so a step EngineCore adds
+is a step speculators skips: vLLM 0.30 added the KV-cache layout resolution (C-kvlayout's shim replays it),
+0.34 the extensible KV cache (`initialize_from_config` only reserves address space; EngineCore later commits
+it with `finalize_extensible_kv_cache` + `executor.extend_kv_cache`). A step is a call on the executor (it acts
+on the workers); calls of vLLM functions are read too (`Step.on_executor` False), as context: they compute the
+plan speculators computes its own way (C-kvhelpers). Steps under a condition on a feature speculators' configuration never
+enables (`NEVER_ENABLED`) are left out; every other condition is kept in the step's text.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.gate.runners import _module_file, _parse, imports_of
+
+MODULE = "vllm.v1.engine.core"
+CLASS = "EngineCore"
+METHOD = "_initialize_kv_caches"
+#: Names the executor goes by in that method.
+EXECUTOR_NAMES = ("self.model_executor", "executor")
+#: Text in an `if` test for a feature speculators' configuration never turns on (it builds its VllmConfig itself).
+NEVER_ENABLED = {
+    "kv_transfer_config": "KV transfer connectors (disaggregated prefill, CPU offload)",
+    "ec_transfer_config": "encoder-cache transfer",
+    "VLLM_ELASTIC_EP": "elastic expert parallelism",
+    "is_elastic_ep": "elastic expert parallelism",
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str  # the executor method or vLLM function called
+    line: int
+    condition: str | None  # the `if` tests it sits under, joined (None: unconditional)
+    on_executor: bool
+
+    def describe(self) -> str:
+        call = f"executor.{self.name}()" if self.on_executor else f"{self.name}()"
+        return call + (f" when {self.condition}" if self.condition else "")
+
+
+def steps(root: Path) -> tuple[list[Step], str | None]:
+    """The set-up steps in source order and the file they were read from (None: the method is not there)."""
+    f = _module_file(Path(root), MODULE)
+    if f is None:
+        return [], None
+    tree = _parse(str(f))
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == CLASS), None)
+    fn = next((n for n in (cls.body if cls else ()) if isinstance(n, ast.FunctionDef) and n.name == METHOD), None)
+    if fn is None:
+        return [], None
+    imported = {k: v for k, v in imports_of(tree, MODULE).items() if v.startswith("vllm.")}
+    found: list[Step] = []
+
+    def visit(node, conditions: tuple[str, ...]) -> None:
+        if isinstance(node, ast.If):
+            test = ast.unparse(node.test)
+            if any(s in test for s in NEVER_ENABLED):
+                # Only the branch taken with that feature off runs for speculators, and always does.
+                negated = isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not)
+                for child in (node.body if negated else node.orelse):
+                    visit(child, conditions)
+                return
+            for child in node.body:
+                visit(child, conditions + (test,))
+            for child in node.orelse:
+                visit(child, conditions + (f"not ({test})",))
+            return
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and ast.unparse(func.value) in EXECUTOR_NAMES:
+                found.append(Step(func.attr, node.lineno, " and ".join(conditions) or None, True))
+            elif isinstance(func, ast.Name) and func.id in imported:
+                found.append(Step(func.id, node.lineno, " and ".join(conditions) or None, False))
+        for child in ast.iter_child_nodes(node):
+            visit(child, conditions)
+
+    for stmt in fn.body:
+        visit(stmt, ())
+    return found, str(f.relative_to(root))

@@ -1,0 +1,176 @@
+"""The harness's own vLLM surface: what its shims, worker extension, executor view and transport touch in vLLM,
+derived from their code by AST into `fixtures/surfaces/harness-shims.json`, and gated like speculators' surface.
+
+A shim is written against one vLLM: it imports names, calls worker methods over `collective_rpc`, and reads the
+model runner the worker builds (`worker.model_runner.input_batch`). When a new vLLM takes one of those away the
+shim no longer applies, and a gate that only read speculators' surface would still call the change covered
+(vLLM 0.34 deleted the runner C-chunkedprefill's worker shim reads). Each entry is checked against the target's
+sources; one that is gone is a finding against the contract whose code uses it, never covered.
+
+Entries (`kind`, `name`, `contract`, `site` = harness file:function):
+
+* `import` - `from vllm.a import B` / `import vllm.a` anywhere in the module (functions included);
+* `module` - vLLM modules named as strings in a function that imports them by name, one entry per function
+  (`a|b`: any of them will do, the function falls back);
+* `rpc` - worker methods called by name through `collective_rpc("name")` (the harness's own `_` names left out);
+* `runner` - attributes read on the model runner (`<x>.model_runner.<attr>`), checked on every runner the GPU
+  and CPU workers build by default (`harness.gate.runners`).
+
+`python -m harness surface --shims` rewrites the fixture; a unit test holds the committed one to the code.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+from harness.gate import runners
+from harness.gate.facts import RUNTIME, Fact
+from harness.paths import FIXTURES, REPO_ROOT
+
+FIXTURE = FIXTURES / "surfaces" / "harness-shims.json"
+#: The harness code that touches vLLM at run time, relative to the repository root.
+SOURCES = ("harness/contracts/*.py", "harness/runtime/worker.py", "harness/runtime/executor_view.py",
+           "harness/runtime/transport.py")
+MODULE_NAME = re.compile(r"^vllm(\.\w+)+$")
+KIND = "shim-surface-removed"
+
+
+def _contract_of(rel: str) -> str:
+    path = Path(rel)
+    if path.parent.as_posix() == "harness/contracts":
+        return path.stem.rstrip("_")  # import_.py holds contract `import`
+    return RUNTIME
+
+
+def _files(root: Path) -> list[Path]:
+    out: list[Path] = []
+    for pattern in SOURCES:
+        out += sorted(p for p in root.glob(pattern) if p.name not in ("__init__.py", "base.py"))
+    return out
+
+
+def _entries(tree: ast.Module, rel: str) -> list[dict]:
+    """The module's entries; a site is `file:function` (no line numbers: the fixture stays put while code moves)."""
+    contract = _contract_of(rel)
+    found: list[dict] = []
+
+    def add(kind: str, name: str, where: str) -> None:
+        found.append({"kind": kind, "name": name, "contract": contract, "site": f"{rel}:{where}"})
+
+    def visit(node, where: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            inner = node.name if where == "<module>" else f"{where}.{node.name}"
+            if not isinstance(node, ast.ClassDef):
+                calls = {ast.unparse(n.func).rsplit(".", 1)[-1] for n in ast.walk(node) if isinstance(n, ast.Call)}
+                modules = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant)
+                           and isinstance(n.value, str) and MODULE_NAME.match(n.value)]
+                if "import_module" in calls and modules:
+                    add("module", "|".join(dict.fromkeys(modules)), inner)
+            for child in ast.iter_child_nodes(node):
+                visit(child, inner)
+            return
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "vllm" and not node.level:
+            for a in node.names:
+                add("import", f"{node.module}:{a.name}", where)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "vllm":
+                    add("import", a.name, where)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "collective_rpc":
+            first = node.args[0] if node.args else None
+            if isinstance(first, ast.Constant) and isinstance(first.value, str) and not first.value.startswith("_"):
+                add("rpc", first.value, where)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+              and node.value.attr == "model_runner"):
+            add("runner", node.attr, where)
+        for child in ast.iter_child_nodes(node):
+            visit(child, where)
+
+    visit(tree, "<module>")
+    return found
+
+
+def derive(root: Path = REPO_ROOT) -> dict:
+    """The surface as the code shows it now (sorted, one entry per kind, name and site)."""
+    entries: list[dict] = []
+    for f in _files(root):
+        rel = f.relative_to(root).as_posix()
+        entries += _entries(ast.parse(f.read_text()), rel)
+    unique = {(e["kind"], e["name"], e["site"]): e for e in entries}
+    return {"generated_by": "harness.gate.shim_surface.derive", "sources": list(SOURCES),
+            "entries": [unique[k] for k in sorted(unique)]}
+
+
+def write(path: Path = FIXTURE) -> Path:
+    from harness.reporting.report import write_atomic
+
+    write_atomic(path, json.dumps(derive(), indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def load(path: Path = FIXTURE) -> list[dict]:
+    return json.loads(path.read_text())["entries"]
+
+
+# -- the gate's reading of one version ----------------------------------------------------------------------
+def facts(tree, entries: list[dict]) -> list[Fact]:
+    """One fact per entry: still there in this version's sources (holds), gone (a finding), or not readable."""
+    root = Path(tree.root)
+    workers = {w: runners.read(str(root), w) for w in runners.WORKERS}
+    worker_classes = [runners.runner(root, f"{w}.{cls}") for w, cls in runners.WORKERS.items()]
+    out = []
+    for e in entries:
+        kind, name, contract, site = e["kind"], e["name"], e["contract"], e["site"]
+        symbol = {"rpc": f"worker.{name}()", "runner": f"worker.model_runner.{name}"}.get(kind, name)
+        why = f"shim no longer applies: {site} uses {symbol}, which these sources no longer have"
+        if kind == "import":
+            module, _, attr = name.partition(":")
+            where = tree.module_file(module)
+            obj = tree.lookup(f"{module}.{attr}") if (where and attr) else None
+            if where is not None and (not attr or obj is not None):
+                out.append(Fact(contract, symbol, "shim-import", "importable", True,
+                                evidence=tree.where(obj) if obj is not None else f"{where.relative_to(root)}:1",
+                                site=site))
+            elif where is not None and attr and not tree.settled:
+                out.append(Fact(contract, symbol, "shim-import", "pending", None, site=site))
+            else:
+                gone = "module gone" if where is None else f"{attr} not in {module}"
+                out.append(Fact(contract, symbol, "shim-import", gone, False, KIND,
+                                evidence=f"{module.replace('.', '/')}.py" + ("" if where else " (no such module)"),
+                                site=site, detail={"why": why}))
+        elif kind == "module":
+            options = name.split("|")
+            present = [m for m in options if tree.module_file(m) is not None]
+            out.append(Fact(contract, symbol, "shim-module", f"{present[0]} present" if present else "all gone",
+                            bool(present), KIND,
+                            evidence=(f"{tree.module_file(present[0]).relative_to(root)}:1" if present
+                                      else f"{options[0].replace('.', '/')}.py (no such module)"),
+                            site=site, detail={"why": why}))
+        elif kind == "rpc":
+            having = [c for c in worker_classes if c.exists and name in c.attributes]
+            absent = [c for c in worker_classes if c.exists and name not in c.attributes]
+            if not any(c.exists for c in worker_classes):
+                out.append(Fact(contract, symbol, "shim-rpc", "no worker class in these sources", None, site=site))
+                continue
+            out.append(Fact(contract, symbol, "shim-rpc",
+                            "defined" if not absent else f"absent from {', '.join(runners.describe(c) for c in absent)}",
+                            not absent, KIND,
+                            evidence=having[0].attributes[name] if having else f"{absent[0].file}:{absent[0].line}",
+                            site=site, detail={"why": why}))
+        elif kind == "runner":
+            built = [r for w in workers.values() for r in w.defaults]
+            if not built:
+                out.append(Fact(contract, symbol, "shim-runner", "no runner built by a worker was read", None,
+                                site=site))
+                continue
+            absent = [r for r in built if name not in r.attributes]
+            out.append(Fact(contract, symbol, "shim-runner",
+                            "on every runner the workers build" if not absent
+                            else f"absent from {', '.join(runners.describe(r) for r in absent)}",
+                            not absent, KIND, evidence=(f"{absent[0].file}:{absent[0].line}" if absent
+                                                         else built[0].attributes[name]),
+                            site=site, detail={"why": why}))
+    return out

@@ -1,0 +1,137 @@
+"""Breaks no signature shows: the model runner a worker builds, the order of a step's requests, EngineCore's set-up
+steps, and the vLLM surface of the harness's own shims. Read from the real 0.32/0.33/0.34 sources the gate
+downloads (cached), and from fabricated trees (0.32.0 with one thing changed) for each new check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.gate import bisect, client, sources
+from harness.gate.cli import configure, run
+
+RUNNER_SHIM_SITES = {"harness/contracts/chunkedprefill.py:apply_worker.execute_model",
+                     "harness/contracts/chunkedprefill.py:rows_placement"}
+
+
+def _gate(tmp_path: Path, old: str, new: str, cache: Path | None = None) -> tuple[int, dict, str]:
+    out, md = tmp_path / "gate.json", tmp_path / "gate.md"
+    argv = ["--from", old, "--to", new, "--json", str(out), "--summary", str(md)]
+    rc = run(configure(argparse.ArgumentParser()).parse_args(argv + (["--cache-dir", str(cache)] if cache else [])))
+    return rc, json.loads(out.read_text()), md.read_text()
+
+
+def _findings(rep: dict, contract: str, kind: str) -> list[dict]:
+    return [f for f in rep["findings"] if f["contract"] == contract and f["kind"] == kind]
+
+
+@pytest.mark.parametrize("old", ["0.32.0", "0.33.0"])
+def test_0340_is_not_covered_it_names_the_runner_removal_and_the_extensible_kv_cache_step(old, tmp_path):
+    rc, rep, md = _gate(tmp_path, old, "0.34.0")
+    assert (rc, rep["verdict"]) == (1, "NEEDS-NEW-SHIM"), md
+    replaced = _findings(rep, "chunkedprefill", "runner-replaced")
+    assert {f["symbol"] for f in replaced} == {"vllm.v1.worker.gpu_worker:Worker.model_runner",
+                                               "vllm.v1.worker.cpu_worker:CPUWorker.model_runner"}
+    gpu = next(f for f in replaced if "gpu_worker" in f["symbol"])
+    assert "gpu_model_runner.GPUModelRunner (keeps input_batch)" in gpu["old"]
+    assert "v1.worker.gpu.model_runner.GPUModelRunner" in gpu["new"] and "keeps" not in gpu["new"]
+    assert gpu["status"] == "uncovered" and "apply_worker" in gpu["reason"] and "rows_placement" in gpu["reason"]
+    assert gpu["evidence"].startswith("vllm/v1/worker/gpu_worker.py:")
+    [order] = [f for f in _findings(rep, "chunkedprefill", "step-order-sorted") if "gpu_worker" in f["symbol"]]
+    assert order["evidence"].startswith("vllm/v1/worker/gpu/model_runner.py:") and order["status"] == "uncovered"
+    # The shims' own surface: each site that reads the runner's batch is named, none of it covered.
+    gone = _findings(rep, "chunkedprefill", "shim-surface-removed")
+    assert {f["site"] for f in gone} == RUNNER_SHIM_SITES and all(f["status"] == "uncovered" for f in gone)
+    assert all(f["symbol"] == "worker.model_runner.input_batch" and "shim no longer applies" in f["reason"] for f in gone)
+    steps = {f["symbol"].rsplit("executor.", 1)[1]: f for f in _findings(rep, "kvlayout", "setup-step-skipped")}
+    assert {"extend_kv_cache()", "extensible_kv_cache_unsupported_reason()", "disable_extensible_kv_cache()"} <= set(steps)
+    assert steps["extend_kv_cache()"]["evidence"].startswith("vllm/v1/engine/core.py:")
+    assert all(f["status"] == "uncovered" for f in steps.values())
+    [twophase] = _findings(rep, "twophase", "two-phase-execute")
+    assert "no State error guard" in twophase["new"] and "v1.worker.gpu.model_runner" in twophase["new"]
+    assert rep["contracts"]["chunkedprefill"]["status"] == rep["contracts"]["kvlayout"]["status"] == "needs-new-shim"
+    assert "NEEDS-NEW-SHIM" in md and "extend_kv_cache" in md
+
+
+def test_0320_to_0330_holds_the_runner_and_the_set_up_steps(tmp_path):
+    """The V1 runner is still the default in 0.33 (V2 only behind use_v2_model_runner), its set-up the same."""
+    rc, rep, md = _gate(tmp_path, "0.32.0", "0.33.0")
+    assert rc == 0, md
+    assert not [f for f in rep["findings"] if f["contract"] in ("chunkedprefill", "kvlayout", "runtime")], md
+    assert rep["contracts"]["chunkedprefill"]["status"] == "outside"
+    # runner and step order for both workers, and the two shim sites that read the runner's batch
+    assert rep["contracts"]["chunkedprefill"]["note"].startswith("6 static fact(s) unchanged")
+
+
+@pytest.mark.parametrize("contract", ["chunkedprefill", "kvlayout"])
+def test_bisect_names_0340_for_the_runner_and_the_set_up_step(contract):
+    found = bisect.bisect(contract, "0.32.0", "0.34.0", log=lambda m: None)
+    assert (found.first, found.last_without, found.undone_in) == ("0.34.0", "0.33.0", None), found.says()
+
+
+def test_client_090_on_0340_names_the_v2_speculator_instead_of_safe(tmp_path):
+    old, new = sources.ensure("0.32.0").root, sources.ensure("0.34.0").root
+    rep = client.report("0.9.0", "0.32.0", "0.34.0", client.check("0.9.0", old, new), client.not_judged(old, new))
+    assert not rep["regressions"], rep["regressions"]
+    assert (rep["verdict"], rep["exit_code"]) == ("UNDECIDED", 2)
+    [why] = rep["not_judged"]
+    assert "gpu/spec_decode/extract_hidden_states.py:ExtractHiddenStatesSpeculator" in why
+    assert "spec_decode/extract_hidden_states.py:ExtractHiddenStatesProposer" in why
+
+
+# -- fabricated builds: 0.32.0 with one change each ---------------------------------------------------------
+@pytest.fixture
+def fabricate(tmp_path):
+    """(cache with 0.32.0, a copy of the 0.32.0 tree to change) -> gate it against 0.32.0."""
+    cache = tmp_path / "cache"
+    base = sources.ensure("0.32.0").root
+    shutil.copytree(base, cache / "vllm-0.32.0")
+    tree = tmp_path / "vllm-fab"
+    shutil.copytree(base / "vllm", tree / "vllm")
+    (tree / "vllm" / "_version.py").write_text("__version__ = version = '0.32.1.dev1'\n")
+
+    def gate() -> tuple[int, dict, str]:
+        return _gate(tmp_path, "0.32.0", str(tree), cache)
+
+    return tree, gate
+
+
+def test_a_deleted_module_a_shim_imports_by_name_is_a_finding_against_its_contract(fabricate):
+    tree, gate = fabricate
+    (tree / "vllm/v1/attention/backends/utils.py").unlink()  # where C-kvlayout's shim finds the layout resolver
+    rc, rep, md = gate()
+    [gone] = [f for f in _findings(rep, "kvlayout", "shim-surface-removed") if f["symbol"] ==
+              "vllm.v1.attention.backends.utils"]
+    assert gone["site"] == "harness/contracts/kvlayout.py:_resolver" and gone["new"] == "all gone"
+    assert gone["status"] == "uncovered" and "shim no longer applies" in gone["reason"]
+    assert rc == 1 and rep["contracts"]["kvlayout"]["status"] == "needs-new-shim", md
+
+
+def test_a_new_engine_core_set_up_call_is_a_finding(fabricate):
+    tree, gate = fabricate
+    core = tree / "vllm/v1/engine/core.py"
+    text = core.read_text()
+    anchor = "        self.model_executor.initialize_from_config(kv_cache_configs)\n"
+    assert anchor in text, "the 0.32.0 sources no longer hold the line this test extends"
+    core.write_text(text.replace(anchor, anchor + "        self.model_executor.prime_kv_cache()\n", 1))
+    rc, rep, md = gate()
+    [step] = _findings(rep, "kvlayout", "setup-step-skipped")
+    assert step["symbol"].endswith("executor.prime_kv_cache()") and step["status"] == "uncovered"
+    assert step["evidence"].startswith("vllm/v1/engine/core.py:")
+    assert rc == 1 and rep["verdict"] == "NEEDS-NEW-SHIM", md
+
+
+def test_a_runner_without_the_batch_the_shim_reads_is_a_finding(fabricate):
+    tree, gate = fabricate
+    runner = tree / "vllm/v1/worker/gpu_model_runner.py"
+    text = runner.read_text()
+    assert "self.input_batch = InputBatch(" in text, "the 0.32.0 sources no longer hold the line this test changes"
+    runner.write_text(text.replace("self.input_batch = InputBatch(", "self.batch_state = InputBatch("))
+    rc, rep, md = gate()
+    assert {f["site"] for f in _findings(rep, "chunkedprefill", "shim-surface-removed")} == RUNNER_SHIM_SITES
+    assert _findings(rep, "chunkedprefill", "runner-replaced") and rc == 1, md
