@@ -5,8 +5,17 @@ The suites otherwise prove the shims on fixed batches; state that assumes the fi
 hand-off buffer's growth, pinned on CUDA) only breaks on a later, larger one (seen on the H200: the fourth call
 of 4x64, 16x1500, 4x64, 32x2000 killed the worker). Each call is checked: rows = tokens for every prompt and
 layer, each prompt's rows equal to the same prompt extracted alone (within `bound`), no worker replaced, and
-memory (host RSS of this process and the workers; device memory reserved by each worker) read after the call.
+memory (host RSS of this process and the workers, less what this check itself keeps; device memory reserved by
+each worker) read after the call.
 One call is preceded by a refused one (a token outside the vocabulary) that must leave the generator usable.
+
+Two distances from the prompt alone are kept per call. The mean absolute difference decides whether a prompt's
+rows are its own: rows of another prompt, or out of order, differ by the states' whole spread. The maximum is
+the engine's batch variance; `strict` holds it to the bound too (float32 on CPU, TRITON_ATTN in bf16 are
+bitwise). Where it is not held, it is reported: on the H200, tiny Kimi-K2.5 on TRITON_MLA in bf16 differs from
+itself alone by up to ~2.6 at 1,500-token prompts, from row ~130 on, not at chunk boundaries, and as far from
+transformers' float32 when extracted alone (benchmarks/gpu_chunk_boundary.py): MLA kernel numerics, not the
+harness's placement.
 Memory is flat when no reading after the warm-up (the first call of the largest batch) exceeds the peak up to it
 by more than `FLAT_SLACK` (relative) plus `FLAT_BYTES`.
 """
@@ -69,6 +78,7 @@ class Call:
     seconds: float
     rows_ok: bool
     max_diff_alone: float
+    mean_diff_alone: float
     host_rss: int
     device_reserved: list[int | None]
 
@@ -81,6 +91,7 @@ class Soak:
     workers_before: list[int] = field(default_factory=list)
     workers_after: list[int] = field(default_factory=list)
     bound: float = 0.0
+    strict: bool = True
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -115,6 +126,9 @@ class Soak:
                 "workers_restarted": self.workers_before != self.workers_after, "failures": self.failures[:10],
                 "tokens_per_call": [c.tokens for c in self.calls],
                 "max_diff_alone": max((c.max_diff_alone for c in self.calls), default=None),
+                "mean_diff_alone": max((c.mean_diff_alone for c in self.calls), default=None),
+                "max_held_to_bound": self.strict,
+                "calls_over_bound_max": sum(c.max_diff_alone > self.bound for c in self.calls),
                 "seconds": round(sum(c.seconds for c in self.calls), 2), **self.growth(), "ok": self.ok}
 
 
@@ -130,14 +144,16 @@ def _host_rss(worker_pids: list[int]) -> int:
     return total
 
 
-def run(gen, p: Plan, bound) -> Soak:
-    """Run the plan on `gen` (a HarnessGenerator); `bound(tensors)` is the alone-vs-batch tolerance."""
+def run(gen, p: Plan, bound, strict: bool = True) -> Soak:
+    """Run the plan on `gen` (a HarnessGenerator); `bound(tensors)` is the alone-vs-batch tolerance, for the mean
+    difference always and for the maximum when `strict`."""
     from harness.runtime.executor_view import worker_procs
     from harness.runtime.generator import HarnessInputError
 
     workers = lambda: [proc.pid for _, proc in worker_procs(gen.real_executor)]  # noqa: E731
-    out = Soak(p.seed, workers_before=workers())
+    out = Soak(p.seed, workers_before=workers(), strict=strict)
     alone: dict[tuple, list] = {}
+    held = 0  # bytes of the alone results this check keeps: not the generator's memory, left out of the reading
     for i, batch in enumerate(p.calls):
         if i == p.refused_before:
             try:
@@ -151,20 +167,25 @@ def run(gen, p: Plan, bound) -> Soak:
         rows_ok = all(int(h.shape[0]) == len(q) for q, r in zip(batch, results) for h in r["hidden_states"])
         if not rows_ok or len(results) != len(batch):
             out.failures.append(f"call {i}: rows differ from tokens")
-        worst = 0.0
+        worst = mean = 0.0
         for q, r in zip(batch, results):
             key = tuple(q)
             if key not in alone:
                 alone[key] = [h.clone() for h in gen.generate([q])[0]["hidden_states"]]
-            worst = max(worst, max(float((a.float() - h.float()).abs().max())
-                                   for a, h in zip(alone[key], r["hidden_states"])))
+                held += sum(h.numel() * h.element_size() for h in alone[key])
+            for a, h in zip(alone[key], r["hidden_states"]):
+                d = (a.float() - h.float()).abs()
+                worst, mean = max(worst, float(d.max())), max(mean, float(d.mean()))
         tol = bound([h for r in results for h in r["hidden_states"]])
         out.bound = max(out.bound, tol)
-        if worst > tol:
+        if mean > tol:
+            out.failures.append(f"call {i}: a prompt's rows are not its own: mean difference from itself alone "
+                                f"{mean:.3g} > {tol:.3g}")
+        elif strict and worst > tol:
             out.failures.append(f"call {i}: a prompt differs from itself extracted alone by {worst:.3g} > {tol:.3g}")
         device = gen.real_executor.collective_rpc("_harness_memory_reserved")
-        out.calls.append(Call(len(batch), sum(map(len, batch)), seconds, rows_ok, worst,
-                              _host_rss(out.workers_before), list(device)))
+        out.calls.append(Call(len(batch), sum(map(len, batch)), seconds, rows_ok, worst, mean,
+                              _host_rss(out.workers_before) - held, list(device)))
     out.workers_after = workers()
     if out.refused is None and p.refused_before < len(p.calls):
         out.failures.append("the refused call was not refused")

@@ -71,6 +71,14 @@ def global_ids() -> list[str]:
     return [i for i in ids() if i not in PER_MODEL]
 
 
+def model_types() -> list[str]:
+    """The `model_type` of every tiny model's checkpoint: the GPU tier keys its per-model rows by a checkpoint's
+    model type (real checkpoints have no fixture name), and the CUDA expectation files name rows so."""
+    from harness.models import load_fixture
+
+    return sorted({load_fixture(m)["hf_config"]["model_type"] for m in E2E_MODELS})
+
+
 def keys(models: list[str] | tuple[str, ...] = E2E_MODELS) -> list[str]:
     """Every contract key a run over these tiny models observes."""
     return global_ids() + [f"{i}[{m}]" for m in models for i in PER_MODEL]

@@ -212,6 +212,7 @@ def pytest_sessionfinish(session, exitstatus):
     from harness.reporting.report import build
 
     defined = set(contracts.keys()) | set(contracts.e2e_keys()) | set(contracts.native_keys())
+    defined |= set(contracts.keys(contracts.model_types()))  # the GPU tier's rows (by model type): never stale
     stale, exp_file = [], None
     if col.meta:
         try:
