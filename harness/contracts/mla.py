@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import os
+from pathlib import Path
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim, summarize
 from harness.gate.facts import Fact
@@ -116,11 +117,12 @@ def probe(subject: str, text_config: dict, started_with_env: bool, start_attempt
 _PREPARED: dict[str, bool] = {}
 
 
-def prepare(model, backend: str | None = None) -> bool:
+def prepare(model, backend: str | None = None, options=None) -> bool:
     """Before starting `model` here: ask the platform whether its MLA runs; if not, set VLLM_MLA_DISABLE.
 
     Returns whether MLA was disabled. Decided once per process and model (the variable is inherited
-    by every executor started afterwards).
+    by every executor started afterwards). `options`: the run options a trial start in a child uses
+    (default: the tiny model's own, in float32).
     """
     if model.name not in _PREPARED:
         disable = False
@@ -131,13 +133,29 @@ def prepare(model, backend: str | None = None) -> bool:
                 # The selector offering MLA does not mean it runs (vLLM 0.28's CPU MLA picks a flash-attn
                 # prefill it cannot import). A failed executor start leaves process state behind, so try
                 # the start in a child interpreter.
-                started = start_in_child(model)
+                if options is None:
+                    from harness.runtime.generator import options_for
+
+                    options = options_for(model, dtype="float32")
+                started = start_in_child(model.path, options)
                 _CHILD_STARTS[model.name] = started
                 disable = not started.ok
             if disable:
                 apply_env()
         _PREPARED[model.name] = disable
     return _PREPARED[model.name]
+
+
+def prepare_path(model_path, options) -> bool:
+    """`prepare` for a checkpoint folder (what `patched_generator` is given): the same decision the suites make
+    for their tiny models, so a user's DeepSeek or Kimi-K2.5 checkpoint starts on a CPU build without MLA."""
+    from types import SimpleNamespace
+
+    from harness.runtime.generator import read_model_config, text_config
+
+    path = Path(model_path).resolve()
+    model = SimpleNamespace(name=str(path), path=path, text_config=text_config(read_model_config(path)))
+    return prepare(model, options.attention_backend, options)
 
 
 _CHILD_STARTS: dict[str, Attempt] = {}
@@ -149,14 +167,16 @@ def _on_cpu() -> bool:
     return current_platform.device_type == "cpu"
 
 
-def start_in_child(model) -> Attempt:
-    """Start (and close) a generator for `model` with MLA on, in a fresh interpreter."""
+def start_in_child(model_path, options) -> Attempt:
+    """Start (and close) a generator for the checkpoint with MLA on, in a fresh interpreter."""
+    import dataclasses
+    import json
     import subprocess
     import sys
 
-    code = ("from harness import models; from harness.runtime.generator import HarnessGenerator, options_for; "
-            f"m = models.build({model.name!r}); "
-            "g = HarnessGenerator(m.path, [0], max_model_len=64, options=options_for(m, dtype='float32')); g.close(); "
+    code = ("import json; from harness.runtime.generator import HarnessGenerator, Options; "
+            f"g = HarnessGenerator({str(model_path)!r}, [0], max_model_len=64, "
+            f"options=Options(**json.loads({json.dumps(dataclasses.asdict(options))!r}))); g.close(); "
             "print('STARTED')")
     env = {k: v for k, v in os.environ.items() if k != ENV}
     proc = subprocess.run([sys.executable, "-c", f"if __name__ == '__main__':\n    {code}"], capture_output=True,

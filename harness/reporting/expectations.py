@@ -124,4 +124,20 @@ def draft(report: dict) -> str:
         reason = reason.replace("\\", "/").replace('"', "'")
         key = c["contract"] if "[" not in c["contract"] else f'"{c["contract"]}"'
         lines.append(f'{key} = {{ outcome = "{c["outcome"]}", reason = "{reason[:300]}" }}')
+    failed = failed_e2e_rows(report)
+    if failed:
+        lines += ["# End-to-end rows this run saw fail: a strict run fails on them unless they are expected broken.",
+                  "# Keep a line only where the failure is this vLLM's (say why); delete it where it is ours."]
+    for key, why in failed.items():
+        why = why.replace("\\", "/").replace('"', "'").replace("\n", " ")
+        lines.append(f'"{key}" = {{ outcome = "broken", reason = "{why[:300]}" }}')
     return "\n".join(lines) + "\n"
+
+
+def failed_e2e_rows(report: dict) -> dict[str, str]:
+    """`e2e[<model or client row>]` -> what failed, for each end-to-end row the report saw fail (first check)."""
+    out: dict[str, str] = {}
+    for e in report.get("e2e", []):
+        if e.get("result") == "fail":
+            out.setdefault(f"e2e[{e['model']}]", f"{e['check']}: {e.get('measured', '')}".strip())
+    return out

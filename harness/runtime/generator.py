@@ -397,5 +397,16 @@ def _check_devices(tensor_parallel_size: int) -> None:
 
 
 def patched_generator(model_path, layer_ids=None, **kwargs) -> HarnessGenerator:
-    """The one entry point: speculators' generator for `model_path`, made to work on the installed vLLM."""
+    """The one entry point: speculators' generator for `model_path`, made to work on the installed vLLM.
+
+    It makes the choices the suites make before a start: where the platform cannot run the checkpoint's MLA
+    (CPU builds up to 0.28), MLA is turned off for this process (C-mla, `VLLM_MLA_DISABLE=1`, inherited by every
+    executor started afterwards), as the conformance run does for its tiny DeepSeek and Kimi models; without
+    `options`, a multimodal checkpoint (text and vision configs: Kimi-K2.5) runs its language model only."""
+    from harness.contracts import mla
+
+    hf = read_model_config(model_path)  # a bad path is one clear line before anything else
+    if kwargs.get("options") is None:  # a multimodal checkpoint (Kimi-K2.5): its language model, as the suites run it
+        kwargs["options"] = Options(language_model_only="text_config" in hf and "vision_config" in hf)
+    mla.prepare_path(model_path, kwargs["options"])
     return HarnessGenerator(model_path, layer_ids, **kwargs)

