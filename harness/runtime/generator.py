@@ -262,11 +262,11 @@ class HarnessGenerator:
                  disable: set[str] | frozenset = frozenset(), options: Options = Options(),
                  rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S):
         cfg = text_config(read_model_config(model_path))
-        check_weights(model_path)
         self.num_layers = int(cfg["num_hidden_layers"])
         self.vocab_size = int(cfg["vocab_size"])
         self.hidden_size = int(cfg["hidden_size"])
         layer_ids = checked_layer_ids(layer_ids, self.num_layers)
+        check_weights(model_path)
         _check_devices(tensor_parallel_size)
         self.state = ShimState(disabled=frozenset(disable), rpc_timeout_s=rpc_timeout_s)
         self._finalizer = weakref.finalize(self, _shutdown_all, self.state)
