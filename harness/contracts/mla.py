@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import inspect
 import os
-from pathlib import Path
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim, summarize
 from harness.gate.facts import Fact
@@ -117,12 +116,14 @@ def probe(subject: str, text_config: dict, started_with_env: bool, start_attempt
 _PREPARED: dict[str, bool] = {}
 
 
-def prepare(model, backend: str | None = None, options=None) -> bool:
+def prepare(model, backend: str | None = None, options: dict | None = None) -> bool:
     """Before starting `model` here: ask the platform whether its MLA runs; if not, set VLLM_MLA_DISABLE.
 
     Returns whether MLA was disabled. Decided once per process and model (the variable is inherited
-    by every executor started afterwards). `options`: the run options a trial start in a child uses
-    (default: the tiny model's own, in float32).
+    by every executor started afterwards). `model`: its `name`, `path` and `text_config` (a tiny model, or a
+    checkpoint `patched_generator` was given); `options`: the run options (as a dict of
+    `harness.runtime.generator.Options` fields) a trial start in a child uses (default: the tiny model's own, in
+    float32).
     """
     if model.name not in _PREPARED:
         disable = False
@@ -134,9 +135,7 @@ def prepare(model, backend: str | None = None, options=None) -> bool:
                 # prefill it cannot import). A failed executor start leaves process state behind, so try
                 # the start in a child interpreter.
                 if options is None:
-                    from harness.runtime.generator import options_for
-
-                    options = options_for(model, dtype="float32")
+                    options = {**(getattr(model, "run_options", None) or {}), "dtype": "float32"}
                 started = start_in_child(model.path, options)
                 _CHILD_STARTS[model.name] = started
                 disable = not started.ok
@@ -144,18 +143,6 @@ def prepare(model, backend: str | None = None, options=None) -> bool:
                 apply_env()
         _PREPARED[model.name] = disable
     return _PREPARED[model.name]
-
-
-def prepare_path(model_path, options) -> bool:
-    """`prepare` for a checkpoint folder (what `patched_generator` is given): the same decision the suites make
-    for their tiny models, so a user's DeepSeek or Kimi-K2.5 checkpoint starts on a CPU build without MLA."""
-    from types import SimpleNamespace
-
-    from harness.runtime.generator import read_model_config, text_config
-
-    path = Path(model_path).resolve()
-    model = SimpleNamespace(name=str(path), path=path, text_config=text_config(read_model_config(path)))
-    return prepare(model, options.attention_backend, options)
 
 
 _CHILD_STARTS: dict[str, Attempt] = {}
@@ -167,16 +154,15 @@ def _on_cpu() -> bool:
     return current_platform.device_type == "cpu"
 
 
-def start_in_child(model_path, options) -> Attempt:
+def start_in_child(model_path, options: dict) -> Attempt:
     """Start (and close) a generator for the checkpoint with MLA on, in a fresh interpreter."""
-    import dataclasses
     import json
     import subprocess
     import sys
 
     code = ("import json; from harness.runtime.generator import HarnessGenerator, Options; "
             f"g = HarnessGenerator({str(model_path)!r}, [0], max_model_len=64, "
-            f"options=Options(**json.loads({json.dumps(dataclasses.asdict(options))!r}))); g.close(); "
+            f"options=Options(**json.loads({json.dumps(options)!r}))); g.close(); "
             "print('STARTED')")
     env = {k: v for k, v in os.environ.items() if k != ENV}
     proc = subprocess.run([sys.executable, "-c", f"if __name__ == '__main__':\n    {code}"], capture_output=True,

@@ -403,10 +403,15 @@ def patched_generator(model_path, layer_ids=None, **kwargs) -> HarnessGenerator:
     (CPU builds up to 0.28), MLA is turned off for this process (C-mla, `VLLM_MLA_DISABLE=1`, inherited by every
     executor started afterwards), as the conformance run does for its tiny DeepSeek and Kimi models; without
     `options`, a multimodal checkpoint (text and vision configs: Kimi-K2.5) runs its language model only."""
+    import dataclasses
+    from types import SimpleNamespace
+
     from harness.contracts import mla
 
     hf = read_model_config(model_path)  # a bad path is one clear line before anything else
     if kwargs.get("options") is None:  # a multimodal checkpoint (Kimi-K2.5): its language model, as the suites run it
         kwargs["options"] = Options(language_model_only="text_config" in hf and "vision_config" in hf)
-    mla.prepare_path(model_path, kwargs["options"])
+    path = Path(model_path).resolve()
+    checkpoint = SimpleNamespace(name=str(path), path=path, text_config=text_config(hf))
+    mla.prepare(checkpoint, kwargs["options"].attention_backend, dataclasses.asdict(kwargs["options"]))
     return HarnessGenerator(model_path, layer_ids, **kwargs)
