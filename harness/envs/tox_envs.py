@@ -6,6 +6,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from packaging.version import Version
+
 from harness.paths import FIXTURES
 
 MATRIX_FILE = FIXTURES / "envs" / "matrix.toml"
@@ -14,7 +16,7 @@ BEGIN, END = "# --- matrix envs: rendered by `python -m harness tox-envs` from f
 
 def versions() -> dict[str, dict]:
     data = tomllib.loads(MATRIX_FILE.read_text())["versions"]
-    return dict(sorted(data.items(), key=lambda kv: tuple(int(p) for p in kv[0].split("."))))
+    return dict(sorted(data.items(), key=lambda kv: Version(kv[0])))  # PEP 440: 0.11.1 < 0.11.1.post2 < 0.12.0
 
 
 def env_names() -> list[str]:

