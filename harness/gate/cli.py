@@ -124,7 +124,7 @@ def run(args) -> int:
             ValueError, OSError) as exc:
         gate = verdict.undecided(old, new, str(exc), meta)
         print(f"harness gate: {exc}", file=sys.stderr)
-        _write(gate, args, verdict)
+        _write(gate, args, verdict, decided=False)
         return gate.exit_code
     meta["timings"] = {"sources": round(t1 - t0, 2), "static": round(t2 - t1, 2)}
     comparison = static.compare(old_facts, new_facts)
@@ -161,7 +161,8 @@ def _run_client(args, old_spec, new_spec) -> int:
     print(text)
     if args.summary:
         write_atomic(Path(args.summary), text)
-    write_atomic(Path(args.json) if args.json else REPORTS / f"gate-client{args.client_version}-{old}-to-{new}.json",
+    default = report_path(old, new, rep["sources"]).name.replace("gate-", f"gate-client{args.client_version}-", 1)
+    write_atomic(Path(args.json) if args.json else REPORTS / default,
                  json.dumps(rep, indent=2) + "\n")
     return rep["exit_code"]
 
@@ -235,16 +236,30 @@ def _display(path: Path) -> str:
     return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
-def report_path(old: str, new: str) -> Path:
-    return REPORTS / f"gate-{old}-to-{new}.json"
+def report_path(old: str, new: str, sources: dict | None = None) -> Path:
+    """`reports/gate-<from>-to-<to>.json`; a side that is not a release from the index carries its kind and a
+    short hash (`0.34.0+tree-1a2b3c4d`), so that three source trees that all say 0.34.0 never share a name."""
+    def name(label: str, side: str) -> str:
+        prov = (sources or {}).get(side) or {}
+        if prov.get("kind") in (None, "version"):
+            return label
+        short = (prov.get("sha256") or prov.get("commit") or "")[:8]
+        return f"{label}+{prov['kind']}" + (f"-{short}" if short else "")
+
+    return REPORTS / f"gate-{name(old, 'from')}-to-{name(new, 'to')}.json"
 
 
-def _write(gate, args, verdict) -> None:
+def _write(gate, args, verdict, decided: bool = True) -> None:
+    """Markdown on stdout (and --summary), the JSON report to --json or reports/. An undecided run whose sources
+    or inputs could not be had (`decided` False) writes the JSON only where --json asks: it never replaces the
+    report of an earlier run under reports/, nor leaves one named like a release it could not read."""
     text = verdict.markdown(gate)
     print(text)
     if args.summary:
         write_atomic(Path(args.summary), text)
-    write_atomic(Path(args.json) if args.json else report_path(gate.old, gate.new),
+    if not args.json and not decided:
+        return
+    write_atomic(Path(args.json) if args.json else report_path(gate.old, gate.new, gate.meta.get("sources")),
                  json.dumps(verdict.to_json(gate), indent=2, default=str) + "\n")
 
 

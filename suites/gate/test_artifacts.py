@@ -133,6 +133,20 @@ def test_every_artifact_kind_gives_the_same_finding_with_its_provenance(kind, bu
     assert str(build["tree"].parent) not in json.dumps(rep), "a machine path in the gate report"
 
 
+def test_reports_of_different_builds_of_one_version_never_share_a_name():
+    """Three builds that all say the same version (a tree at two commits, a wheel) get three report names."""
+    from harness.gate.cli import report_path
+
+    tree = {"from": {"kind": "version"}, "to": {"kind": "tree", "commit": "1a2b3c4d5e"}}
+    other = {"from": {"kind": "version"}, "to": {"kind": "tree", "commit": "99aa88bb77"}}
+    wheel = {"from": {"kind": "version"}, "to": {"kind": "wheel", "sha256": "deadbeef" * 8}}
+    names = {report_path("0.32.0", "0.34.0", s).name for s in (tree, other, wheel)}
+    assert names == {"gate-0.32.0-to-0.34.0+tree-1a2b3c4d.json", "gate-0.32.0-to-0.34.0+tree-99aa88bb.json",
+                     "gate-0.32.0-to-0.34.0+wheel-deadbeef.json"}
+    assert report_path("0.32.0", "0.34.0", {"from": {"kind": "version"}, "to": {"kind": "version"}}).name == \
+        "gate-0.32.0-to-0.34.0.json"
+
+
 def _git_head(tree: Path) -> str:
     return subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 

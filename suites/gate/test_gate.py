@@ -124,6 +124,15 @@ def test_nonexistent_version_exits_2_naming_it(cache_dir, tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["verdict"] == "UNDECIDED"
 
 
+def test_an_undecidable_fetch_writes_no_report_named_like_a_release(cache_dir):
+    """Without --json, a version the index does not have leaves nothing under reports/ (it used to write an
+    UNDECIDED gate-...-to-9.9.9.json, named like a release, replacing any earlier report of that name)."""
+    before = set((REPO_ROOT / "reports").glob("gate-*"))
+    out = gate_cli("--from", "0.32.0", "--to", "9.9.9", "--cache-dir", str(cache_dir))
+    assert out.returncode == 2 and "9.9.9" in out.stderr
+    assert set((REPO_ROOT / "reports").glob("gate-*")) == before
+
+
 def test_no_network_exits_2_without_a_traceback(tmp_path):
     empty = tmp_path / "empty-cache"
     out = gate_cli("--to", "0.11.1", "--cache-dir", str(empty), "--json", str(tmp_path / "r.json"),
