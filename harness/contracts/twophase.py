@@ -96,11 +96,12 @@ def _guard(tree) -> tuple[str | None, str]:
     """Where the runners the GPU worker builds park a step's state: (evidence file:line or None, how), read in
     the runners' own files (bases included), else in the V1 runner module where it still exists."""
     from harness.gate import runners
+    from harness.gate.tree import module_of
 
     built = runners.read(str(tree.root), "vllm.v1.worker.gpu_worker").defaults
     for r in built:
         for rel in r.files:
-            lines = [n for n in _string_lines(tree.root / rel, STATE_ERROR)]
+            lines = tree.string_lines(module_of(rel), STATE_ERROR)
             if lines:
                 return f"{rel}:{lines[0]}", f"State error guard in {runners.describe(r)}"
     for r in built:
@@ -112,17 +113,6 @@ def _guard(tree) -> tuple[str | None, str]:
         return f"{runner.relative_to(tree.root)}:{lines[0]}", "State error guard"
     return None, ("the V1 runner module is gone and no runner the worker builds was read"
                   if runner is None else "no guard")
-
-
-def _string_lines(path, needle: str) -> list[int]:
-    import ast
-
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8-sig"))
-    except (OSError, SyntaxError):
-        return []
-    return sorted({n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-                   and needle in n.value})
 
 
 def two_phase(tree, used, follower) -> list[Fact]:

@@ -16,7 +16,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.gate.runners import _module_file, _parse, imports_of
+from harness.gate.runners import imports_of
+from harness.gate.tree import _parse, module_file
 
 MODULE = "vllm.v1.engine.core"
 CLASS = "EngineCore"
@@ -46,7 +47,7 @@ class Step:
 
 def steps(root: Path) -> tuple[list[Step], str | None]:
     """The set-up steps in source order and the file they were read from (None: the method is not there)."""
-    f = _module_file(Path(root), MODULE)
+    f = module_file(Path(root), MODULE)
     if f is None:
         return [], None
     tree = _parse(str(f))

@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from functools import lru_cache
+
+from harness.gate.tree import _parse, module_file
 from pathlib import Path
 
 #: The worker modules whose runner speculators' generator drives (GPU and CPU builds), and their classes.
@@ -53,19 +55,6 @@ class Runner:
         return self.file is not None
 
 
-@lru_cache(maxsize=256)
-def _parse(path: str) -> ast.Module:
-    return ast.parse(Path(path).read_text(encoding="utf-8-sig"))
-
-
-def _module_file(root: Path, module: str) -> Path | None:
-    base = root.joinpath(*module.split("."))
-    for candidate in (base / "__init__.py", base.with_suffix(".py")):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
 def imports_of(module_ast: ast.Module, module: str) -> dict[str, str]:
     """Local name -> dotted target for every `from X import Y [as Z]` anywhere in the module (functions and
     TYPE_CHECKING blocks included; relative imports resolved against `module`)."""
@@ -83,7 +72,7 @@ def imports_of(module_ast: ast.Module, module: str) -> dict[str, str]:
 
 def built_runners(root: Path, worker_module: str) -> list[Built]:
     """The model-runner classes (`*ModelRunner*`) the worker module constructs, in source order."""
-    f = _module_file(root, worker_module)
+    f = module_file(root, worker_module)
     if f is None:
         return []
     tree = _parse(str(f))
@@ -114,7 +103,7 @@ def runner(root: Path, path: str, _depth: int = 0) -> Runner:
     """The class at `path` (module.Class): its instance attributes (bases in vLLM followed) and whether it sorts
     a step's requests by token count (in its module)."""
     module, _, name = path.rpartition(".")
-    f = _module_file(root, module)
+    f = module_file(root, module)
     if f is None:
         return Runner(path, None)
     tree = _parse(str(f))
@@ -174,7 +163,7 @@ class WorkerRunners:
 @lru_cache(maxsize=32)
 def read(root: str, worker_module: str) -> WorkerRunners:
     r = Path(root)
-    f = _module_file(r, worker_module)
+    f = module_file(r, worker_module)
     built = built_runners(r, worker_module)
     return WorkerRunners(worker_module, str(f.relative_to(r)) if f else None, built,
                          {b.cls: runner(r, b.cls) for b in built})

@@ -87,11 +87,7 @@ class Tree:
 
     # -- files and modules ------------------------------------------------------------------------
     def module_file(self, module: str) -> Path | None:
-        base = self.root.joinpath(*module.split("."))
-        for candidate in (base / "__init__.py", base.with_suffix(".py")):
-            if candidate.is_file():
-                return candidate
-        return None
+        return module_file(self.root, module)
 
     def _files(self, module: str) -> list[Path]:
         parts = module.split(".")
@@ -317,6 +313,21 @@ def _canonical_in(obj, name: str) -> str | None:
     if member is None:
         return None
     return member.target_path if member.is_alias else member.path
+
+
+def module_file(root: Path, module: str) -> Path | None:
+    """The file of `module` (a package's __init__.py, else module.py) under the sources' `root`, or None."""
+    base = Path(root).joinpath(*module.split("."))
+    for candidate in (base / "__init__.py", base.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def module_of(rel: str) -> str:
+    """The module a source file relative to the root holds (`vllm/a/b.py` -> `vllm.a.b`)."""
+    parts = Path(rel).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 @lru_cache(maxsize=256)

@@ -16,10 +16,8 @@ version string. Around it the harness adds what a user can rely on:
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import time
-import warnings
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,22 +28,16 @@ from harness.contracts import chunkedprefill
 from harness.contracts.base import Attach
 from harness.runtime import transport, zmq_contexts
 from harness.runtime.executor_view import ExecutorView
+from harness.runtime.inputs import (HarnessInputError, check_weights, checked_layer_ids, checked_prompts,
+                                   read_model_config, text_config)
 from harness.runtime.namespace import rebind
 
 WORKER_EXTENSION = "harness.runtime.worker.HarnessWorkerExtension"
 DEFAULT_RPC_TIMEOUT_S = float(os.environ.get("HARNESS_RPC_TIMEOUT_S", "600"))
 
 
-class HarnessInputError(ValueError):
-    """Bad input to the harness, said before anything starts."""
-
-
 class IncompleteExtraction(RuntimeError):
     """A result has fewer (or more) hidden-state rows than its prompt has tokens."""
-
-
-class TruncationWarning(UserWarning):
-    """A prompt longer than max_model_len - 1 was cut (speculators cuts silently)."""
 
 
 @dataclass
@@ -189,67 +181,6 @@ def _shutdown_all(state: ShimState) -> None:
     zmq_contexts.destroy(state.zmq_contexts)  # after a failed start too: they must never reach the collector
 
 
-def read_model_config(model_path: str | os.PathLike) -> dict:
-    path = Path(model_path)
-    if not path.is_dir() or not (path / "config.json").is_file():
-        raise HarnessInputError(f"model path {str(path)!r} is not a local checkpoint folder with config.json")
-    try:
-        cfg = json.loads((path / "config.json").read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise HarnessInputError(f"{path / 'config.json'} is not a readable JSON file: {e}") from None
-    if not isinstance(cfg, dict):
-        raise HarnessInputError(f"{path / 'config.json'} is not a JSON object")
-    missing = [k for k in ("num_hidden_layers", "vocab_size", "hidden_size") if k not in text_config(cfg)]
-    if missing:
-        raise HarnessInputError(f"{path / 'config.json'} lacks {', '.join(missing)}: not a decoder checkpoint's config")
-    return cfg
-
-
-#: What vLLM's default loader reads from a checkpoint folder (safetensors first, then PyTorch's formats).
-WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt")
-
-
-def check_weights(model_path: str | os.PathLike) -> None:
-    """A folder with a config but no weights fails only inside the worker, after ~30 s, as a generic start-up
-    error whose cause is in the worker's log: refuse it here, in one line."""
-    path = Path(model_path)
-    if not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
-        raise HarnessInputError(f"model path {str(path)!r} has a config.json but no weights "
-                                f"({', '.join(WEIGHT_PATTERNS)}): nothing for vLLM to load")
-
-
-def _is_int(x) -> bool:
-    """A Python int (or a NumPy/torch integer scalar), never a bool, float or string that merely converts."""
-    if isinstance(x, bool):
-        return False
-    if isinstance(x, int):
-        return True
-    return type(x).__module__ in ("numpy", "torch") and "int" in type(x).__name__.lower() and hasattr(x, "item")
-
-
-def checked_layer_ids(layer_ids, num_layers: int) -> list[int] | None:
-    """None (speculators' default choice) or a non-empty list of ints in [0, num_layers)."""
-    if layer_ids is None:
-        return None
-    if isinstance(layer_ids, (str, bytes)) or not isinstance(layer_ids, (list, tuple)):
-        raise HarnessInputError(f"layer ids must be a list of ints, got {type(layer_ids).__name__} {layer_ids!r}")
-    if not layer_ids:
-        raise HarnessInputError("layer ids: the list is empty; give at least one id, or None for speculators' choice")
-    wrong_type = [x for x in layer_ids if not _is_int(x)]
-    if wrong_type:
-        raise HarnessInputError(f"layer ids must be ints, got {wrong_type[:5]!r} "
-                                f"({', '.join(sorted({type(x).__name__ for x in wrong_type}))})")
-    bad = [int(i) for i in layer_ids if not 0 <= int(i) < num_layers]
-    if bad:
-        raise HarnessInputError(f"layer ids {bad} out of range: the model has {num_layers} decoder layers "
-                                f"(valid ids 0..{num_layers - 1})")
-    return [int(i) for i in layer_ids]
-
-
-def text_config(cfg: dict) -> dict:
-    return cfg.get("text_config", cfg)
-
-
 #: Seconds each HarnessGenerator of this process took to start (the env report's time profile reads it).
 START_SECONDS: list[float] = []
 
@@ -309,7 +240,7 @@ class HarnessGenerator:
 
     # -- extraction -------------------------------------------------------------------------------
     def generate(self, token_ids: list[list[int]]) -> list[dict]:
-        prompts = self._checked(token_ids)
+        prompts = checked_prompts(token_ids, self.vocab_size, self.max_model_len)
         limit = self.max_model_len - 1
         with self.copy_out():
             results = self.spec.generate(prompts)
@@ -330,46 +261,6 @@ class HarnessGenerator:
             if len(prompt) > limit:
                 result["truncated_from"] = len(prompt)
         return results
-
-    def _checked(self, token_ids) -> list[list[int]]:
-        """Only a batch of prompts, each a non-empty list of Python ints in the vocabulary, reaches vLLM: a
-        float, bool, string or NaN is refused, never coerced (6.7 and True would silently become 6 and 1)."""
-        if hasattr(token_ids, "tolist"):
-            token_ids = token_ids.tolist()
-        if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, (list, tuple)):
-            raise HarnessInputError(f"token ids must be a list of prompts (lists of ints), got {type(token_ids).__name__}")
-        if not token_ids:
-            raise HarnessInputError("empty batch: pass at least one prompt")
-        prompts = []
-        for i, p in enumerate(token_ids):
-            if hasattr(p, "tolist"):
-                p = p.tolist()
-            if _is_int(p):
-                raise HarnessInputError("token ids must be a list of prompts (lists of ints), got a flat list of ints: "
-                                        "wrap a single prompt as [ids]")
-            if isinstance(p, (str, bytes)) or not isinstance(p, (list, tuple)):
-                raise HarnessInputError(f"prompt {i} must be a list of ints, got {type(p).__name__} {str(p)[:40]!r}")
-            if not p:
-                raise HarnessInputError(f"prompt {i} is empty")
-            if not isinstance(p, list):
-                p = list(p)
-            if not all(type(t) is int for t in p):  # fast path for plain ints (a bool's type is not int)
-                wrong = [t for t in p if not _is_int(t)]
-                if wrong:
-                    raise HarnessInputError(f"prompt {i} has token ids that are not ints: {wrong[:5]!r} "
-                                            f"({', '.join(sorted({type(t).__name__ for t in wrong}))})")
-                p = [int(t) for t in p]
-            if min(p) < 0 or max(p) >= self.vocab_size:
-                bad = [t for t in p if not 0 <= t < self.vocab_size]
-                raise HarnessInputError(
-                    f"prompt {i} has token ids outside the vocabulary [0, {self.vocab_size}): {bad[:5]}")
-            if len(p) > self.max_model_len - 1:
-                warnings.warn(
-                    f"prompt {i} has {len(p)} tokens; max_model_len={self.max_model_len} leaves room for "
-                    f"{self.max_model_len - 1}: it is truncated (as speculators does) and reported as truncated_from",
-                    TruncationWarning, stacklevel=3)
-            prompts.append(p)
-        return prompts
 
     # -- lifecycle --------------------------------------------------------------------------------
     def close(self) -> None:

@@ -23,6 +23,8 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from harness.runtime.pinning import CudaPins, Pins
+
 SHM = "/dev/shm"
 ALIGN = 64
 METHOD = "_get_captured_states"
@@ -71,7 +73,7 @@ class Publisher:
     CUDA's runtime where it is available, none elsewhere (a unit test passes one that keeps CUDA's rules).
     """
 
-    def __init__(self, directory: str = SHM, pins: "Pins | None" = None):
+    def __init__(self, directory: str = SHM, pins: Pins | None = None):
         self.directory = directory
         self.path: str | None = None
         self.buf = None  # uint8 tensor over the mapped file
@@ -122,44 +124,6 @@ class Publisher:
         if self.path and os.path.exists(self.path):
             os.unlink(self.path)
         self.path, self.buf = None, None
-
-
-class Pins:
-    """Page-locks host memory for device copies (the part of CUDA's runtime the publisher uses)."""
-
-    def register(self, address: int, nbytes: int) -> None:
-        raise NotImplementedError
-
-    def unregister(self, address: int) -> None:
-        raise NotImplementedError
-
-
-class CudaPins(Pins):
-    """`cudaHostRegister` / `cudaHostUnregister`, each checked: a failure is raised here, where it happened,
-    instead of surfacing in whichever CUDA call comes next."""
-
-    @staticmethod
-    def if_available() -> "CudaPins | None":
-        import torch
-
-        return CudaPins() if torch.cuda.is_available() else None
-
-    def register(self, address: int, nbytes: int) -> None:
-        self._check("cudaHostRegister", self._rt().cudaHostRegister(address, nbytes, 0))
-
-    def unregister(self, address: int) -> None:
-        self._check("cudaHostUnregister", self._rt().cudaHostUnregister(address))
-
-    @staticmethod
-    def _rt():
-        import torch
-
-        return torch.cuda.cudart()
-
-    def _check(self, call: str, rc) -> None:
-        code = int(getattr(rc, "value", rc))
-        if code:
-            raise RuntimeError(f"{call} failed: {self._rt().cudaGetErrorString(rc)} (cudaError {code})")
 
 
 class Stream:

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from harness.processes import SESSION_PROCESSES, children, reap
+from harness.runtime.transport import SHM
 
 
 @pytest.fixture(autouse=True)
@@ -25,9 +26,6 @@ def no_leftover_workers():
         time.sleep(0.5)
     reap(left)
     pytest.fail(f"processes started by this test are still alive after it: {left}")
-
-
-SHM = "/dev/shm"
 
 
 def shm_entries() -> set[str]:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness.runtime.executor_view import WorkerTimeout
-from harness.runtime.generator import HarnessGenerator, HarnessInputError, TruncationWarning
+from harness.runtime.generator import HarnessGenerator
+from harness.runtime.inputs import HarnessInputError, TruncationWarning
 from harness.testing import ahead
 
 LLAMA = "tiny-llama"

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from harness.runtime import transport
+from harness.runtime.pinning import Pins
 
 
 def test_shared_memory_hand_off_reuses_its_mapping_and_never_reads_a_lost_buffer(tmp_path):
@@ -59,7 +60,7 @@ def test_streamed_hand_off_places_rows_and_falls_back_whole(tmp_path):
 
 
 
-class StrictPins(transport.Pins):
+class StrictPins(Pins):
     """Keeps CUDA's rule for page-locked host memory: registering a range that overlaps one still registered
     fails (cudaErrorHostMemoryAlreadyRegistered), unregistering what is not registered fails too."""
 
