@@ -344,8 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--env", default=os.environ.get("HARNESS_ENV", "gpu-nightly"), help="the env report's name")
     n.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     n.set_defaults(fn=cmd_gpu_nightly)
+    from harness.envs.source_build import add_parser as add_build
     from harness.gate.cli import add_parser as add_gate
 
+    add_build(sub)
     add_gate(sub)
     return p
 

@@ -63,4 +63,26 @@ def snapshot(with_platform: bool = True) -> dict:
     }
     if with_platform:
         out["device_type"] = device_type()
+        out["runtime"] = runtime()
+    from harness.envs.source_build import installed_provenance
+
+    out["build"] = installed_provenance()
     return out
+
+
+def runtime() -> str | None:
+    """In words, which CPU model runner this run's workers build where that is not the vLLM CPU wheel's own
+    choice (None where vLLM chose as always); see harness.envs.cpu_runner."""
+    from harness.envs import cpu_runner
+
+    if not cpu_runner.requested():
+        return None
+    from vllm.platforms import current_platform
+
+    if type(current_platform).__name__ != "StandaloneRunnerCpuPlatform":
+        return None
+    if not current_platform.uses_standalone_cpu_model_runner():
+        return "vLLM's CPU runner with Triton (HARNESS_CPU_RUNNER=standalone asked, but Triton is present)"
+    return ("vLLM's standalone CPU runner (vllm/v1/worker/cpu/standalone_model_runner.py), not the x86 Triton "
+            "runner a vLLM CPU wheel with triton-cpu builds: selected by the harness because triton-cpu is not "
+            "installable here")

@@ -17,9 +17,11 @@ batches a training team extracts (40 prompts of 300 tokens, 5 of 2,000) do as a 
 Shim, two halves. Driver: speculators' scheduler finishes only requests whose prefill is done
 (`num_computed_tokens`, which `schedule()` advances, has reached the prompt length); a request mid-prefill
 stays running and the next step schedules its next chunk; the order requests were added in is recorded.
-Worker: each forward's requests, in the runner's batch order, with their scheduled token counts (a request
-kept running keeps its slot while new requests fill the slots below it, so its later chunk is captured
-after rows of later requests). Once speculators has added a batch's requests, the driver sends their order
+Worker: each forward's requests, in the order the runner captured their rows, with their scheduled token counts
+(`step_order`): on V1 runners the persistent batch's order (a request kept running keeps its slot while new
+requests fill the slots below it, so its later chunk is captured after rows of later requests); on the V2 runners
+vLLM 0.34 builds instead, the order of the batch each step builds in `prepare_inputs`, which sorts a step's
+requests by scheduled token count, so that a batch of unequal prompts is reordered even within one step. Once speculators has added a batch's requests, the driver sends their order
 and prompt lengths (`set_arrivals`); each forward's rows then go straight to their place in the hand-off,
 per request in that order (`rows_placement`, while the next step runs), or, where that hand-off is not
 taken, the worker regroups them on the device before they leave it (`in_request_order`), so that
@@ -30,7 +32,7 @@ suite with transformers.
 
 from __future__ import annotations
 
-from harness.contracts.base import Attach, Attempt, Contract, Observation, Shim
+from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 from harness.gate.facts import Fact
 
 #: The attribute on speculators' scheduler that holds the guard (tests and the probe switch it).
@@ -95,10 +97,38 @@ def apply(ns: dict, current, state=None) -> None:
     ns["Scheduler"] = Scheduler
 
 
+def record_step_batches(runner) -> None:
+    """A runner without a persistent batch (vLLM's V2 runners, the only ones from 0.34) builds each step's
+    `InputBatch` in `prepare_inputs`, in its own order (sorted by scheduled token count): keep the request ids of
+    the last one built, which are the order of the rows its forward captures."""
+    if hasattr(runner, BATCH_ATTRIBUTE) or runner.__dict__.get("_harness_step_batches"):
+        return
+    inner = runner.prepare_inputs
+
+    def prepare_inputs(*args, **kwargs):
+        batch = inner(*args, **kwargs)
+        runner._harness_step_req_ids = list(batch.req_ids)
+        return batch
+
+    runner.prepare_inputs = prepare_inputs
+    runner._harness_step_batches = True
+
+
+def step_order(runner, scheduled: dict) -> list[str]:
+    """The requests of the step just run, in the order their rows were captured: the persistent batch's order
+    (V1 runners), else the order of the step's own `InputBatch` (V2, see `record_step_batches`)."""
+    batch = getattr(runner, BATCH_ATTRIBUTE, None)
+    ids = batch.req_ids if batch is not None else getattr(runner, "_harness_step_req_ids", None)
+    if ids is None:
+        raise RuntimeError(f"{type(runner).__name__} keeps no {BATCH_ATTRIBUTE} and no step batch was recorded")
+    return [r for r in ids if r is not None and r in scheduled]
+
+
 def apply_worker(worker) -> None:
     """Record, for every forward, the requests in the runner's batch order and their scheduled token counts."""
     if worker.__dict__.get("_harness_segments_recorded"):
         return
+    record_step_batches(worker.model_runner)
     inner = worker.execute_model
     worker._harness_segments = []
 
@@ -106,7 +136,7 @@ def apply_worker(worker) -> None:
         out = inner(scheduler_output, *args, **kwargs)
         scheduled = getattr(scheduler_output, "num_scheduled_tokens", None) or {}
         if scheduled:
-            order = [r for r in worker.model_runner.input_batch.req_ids if r is not None and r in scheduled]
+            order = step_order(worker.model_runner, scheduled)
             worker._harness_segments.append([(r, int(scheduled[r])) for r in order])
         return out
 
@@ -152,7 +182,7 @@ def rows_placement(worker, scheduler_output, rows: int):
     scheduled = getattr(scheduler_output, "num_scheduled_tokens", None) or {}
     if places is None or not scheduled:
         return None
-    order = [r for r in worker.model_runner.input_batch.req_ids if r is not None and r in scheduled]
+    order = step_order(worker.model_runner, scheduled)
     moves, src = [], 0
     for req in order:
         n = int(scheduled[req])
@@ -289,15 +319,17 @@ def probe(ctx) -> Observation:
 
 
 # -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
-#: What the worker-side shim reads on the runner the worker builds: the persistent batch, whose `req_ids` give a
-#: step's requests in the order their rows were captured.
+#: Where the worker-side shim reads a step's request order on the runner the worker builds: the persistent batch
+#: (V1 runners: `input_batch.req_ids`), else the batch each step builds in `prepare_inputs` (V2 runners).
 BATCH_ATTRIBUTE = "input_batch"
+STEP_BATCH_METHOD = "prepare_inputs"
 
 
 def runner_facts(tree, used, follower) -> list[Fact]:
-    """Per worker module (GPU, CPU): the runners it builds by default keep a persistent `input_batch` (what
-    `apply_worker` and `rows_placement` read), and none sorts a step's requests by token count (rows sliced in
-    arrival order would belong to other prompts). The scheduler's own behaviour stays outside (`gate_outside`)."""
+    """Per worker module (GPU, CPU): whether the runners it builds by default keep a persistent `input_batch`
+    (V1; else `record_step_batches` reads the batch each step builds in `prepare_inputs`, where there is one), and
+    whether they sort a step's requests by token count (then rows sliced in arrival order belong to other prompts
+    unless regrouped from the step's own order). The scheduler's own behaviour stays outside (`gate_outside`)."""
     from harness.gate import runners
 
     facts = []
@@ -314,22 +346,28 @@ def runner_facts(tree, used, follower) -> list[Fact]:
                               None, evidence=f"{read.file}:1"))
             continue
         lacking = [r for r in defaults if BATCH_ATTRIBUTE not in r.attributes]
-        names = ", ".join(runners.describe(r) + ("" if r in lacking else f" (keeps {BATCH_ATTRIBUTE})")
-                          for r in defaults)
+        unreadable = [r for r in lacking if STEP_BATCH_METHOD not in r.attributes]
+        names = ", ".join(runners.describe(r) + (f" (keeps {BATCH_ATTRIBUTE})" if r not in lacking else
+                                                 f" (builds each step's batch in {STEP_BATCH_METHOD})"
+                                                 if r not in unreadable else "") for r in defaults)
         first = (lacking or defaults)[0]
+        readable = not unreadable
         facts.append(Fact(CONTRACT.id, symbol, "runner-class", f"builds {names}", not lacking, "runner-replaced",
                           read.where_built(first.path),
-                          detail={"runners": [r.path for r in defaults], "without_batch": [r.path for r in lacking],
-                                  "why": (f"shim no longer applies: apply_worker and rows_placement read "
+                          detail={"runners": [r.path for r in defaults], "step_order_readable": readable,
+                                  "why": (f"the worker shim reads a step's request order from "
                                           f"worker.model_runner.{BATCH_ATTRIBUTE}.req_ids, which "
-                                          f"{', '.join(runners.describe(r) for r in lacking)} does not keep")}))
+                                          f"{', '.join(runners.describe(r) for r in lacking)} does not keep"
+                                          + ("" if readable else f", nor does it build a step batch in "
+                                                                 f"{STEP_BATCH_METHOD}: no shim reads its order"))}))
         sorting = [r for r in defaults if r.sorts_steps]
         facts.append(Fact(CONTRACT.id, symbol, "step-order",
                           f"sorted by scheduled token count ({runners.describe(sorting[0])})" if sorting
                           else "the runner's persistent batch order", not sorting, "step-order-sorted",
                           sorting[0].sorts_steps if sorting else read.where_built(defaults[0].path),
-                          detail={"why": "rows sliced in the order requests were added would belong to other prompts; "
-                                         "no shim regroups rows by this runner's per-step order"}))
+                          detail={"step_order_readable": readable,
+                                  "why": "rows sliced in the order requests were added would belong to other prompts"
+                                         + ("" if readable else "; the runner exposes no step order to regroup by")}))
     return facts
 
 
@@ -343,9 +381,18 @@ CONTRACT = Contract(
     gate_outside="whether a batch over one step's budget is chunked or reordered is the scheduler's behaviour "
                  "under load (defaults, queue order), not a signature: each env's run extracts such a batch",
     gate_checks=(runner_facts,),
+    gate_covers=(GateCover("runner-replaced", apply_worker,
+                           "reads each step's request order from the batch the runner builds in prepare_inputs "
+                           "(record_step_batches)",
+                           lambda f: bool(f.detail.get("step_order_readable")), "the runner builds a step batch"),
+                 GateCover("step-order-sorted", in_request_order,
+                           "regroups each step's rows per request from the order the runner captured them in "
+                           "(on the device, or placed straight into the hand-off by rows_placement)",
+                           lambda f: bool(f.detail.get("step_order_readable")), "the step's order is readable")),
     upstream=('not one change: chunked prefill on by default in V1 (0.12.0 on in the config speculators '
               'builds); speculators 0.4.0 fixed its own loop with per-request bookkeeping. vLLM 0.34.0 deleted the '
               'V1 model runner (vllm/v1/worker/gpu_model_runner.py, cpu_model_runner.py, gpu_input_batch.py): the '
               'workers build the V2 runner (vllm/v1/worker/gpu/model_runner.py; vLLM #25266 added it, #41286 tracks the migration), which builds an '
-              'InputBatch per step and sorts a step\'s requests by scheduled token count (sort_batch_req_ids)'),
+              'InputBatch per step and sorts a step\'s requests by scheduled token count (sort_batch_req_ids); the worker '
+              'shim reads that step batch instead (record_step_batches)'),
 )

@@ -12,8 +12,14 @@ generator fails at start-up. Shim: right after the executor starts, do what Engi
 the layout from the workers' supported layouts and KV-cache specs and publish it. Native where the
 installed vLLM has no layout resolution.
 * vLLM 0.34's extensible KV cache (on by default on CUDA/ROCm): `initialize_from_config` only reserves address
-  space; EngineCore then calls `finalize_extensible_kv_cache` and `executor.extend_kv_cache(num_blocks)`. Without
-  that step the scheduler hands out blocks that are not mapped. No shim replays it yet: the gate says so.
+  space; EngineCore then measures memory after warm-up, calls `finalize_extensible_kv_cache` and
+  `executor.extend_kv_cache(num_blocks)`. Without that step the scheduler speculators built from the reserved
+  capacity hands out blocks that are not mapped. Shim (`no_extensible_cache`): right after the executor starts,
+  turn the extensible cache off on the executor's config and every worker, which is EngineCore's own path where
+  the cache is unsupported (`disable_extensible_kv_cache`): `initialize_from_config` then allocates the whole cache
+  speculators planned, as before 0.34. Replaying the extension instead would need the scheduler built after the
+  measurement, which speculators builds before. Selected by the config's flag, never by version: the CPU platform
+  leaves it off, so on CPU builds the shim stays unselected and its effect is CUDA's to show.
 """
 
 from __future__ import annotations
@@ -53,6 +59,22 @@ def resolve_layout(real_executor, vllm_config) -> str | None:
     return layout.name
 
 
+EXTENSIBLE_STEP = "extensible-kv-cache-step"
+
+
+def extensible(vllm_config) -> bool:
+    return bool(getattr(vllm_config.cache_config, "enable_extensible_kv_cache", False))
+
+
+def no_extensible_cache(view, state) -> bool:
+    """Turn the extensible KV cache off where the config has it on, as EngineCore does where unsupported."""
+    if not extensible(state.vllm_config):
+        return False
+    view.real.collective_rpc("disable_extensible_kv_cache")
+    state.vllm_config.cache_config.enable_extensible_kv_cache = False
+    return True
+
+
 def probe(ctx) -> Observation:
     fresh = ctx.speculators_vllm_config()  # the config speculators builds, no EngineCore ran on it
     cc = fresh.cache_config
@@ -60,7 +82,8 @@ def probe(ctx) -> Observation:
         return Observation(CONTRACT, Attempt(True), None, {"layout_resolution": "absent in this vLLM"})
     unshimmed, _ = Attempt.run(cc.get_resolved_kv_cache_layout)
     shimmed, layout = Attempt.run(ctx.vllm_config.cache_config.get_resolved_kv_cache_layout)
-    facts = {"resolved_layout": str(layout) if layout is not None else None, "shim_selected": needed(fresh)}
+    facts = {"resolved_layout": str(layout) if layout is not None else None, "shim_selected": needed(fresh),
+             "extensible_kv_cache": extensible(fresh) if hasattr(cc, "enable_extensible_kv_cache") else "absent"}
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
 
 
@@ -119,10 +142,11 @@ def setup_steps(tree, used, follower) -> list[Fact]:
             made_by = f"a harness shim makes it ({shims.get(step.name) or shims[rpc]})"
         else:
             made_by = None
+        turned_off = made_by is None and "extensible" in (step.condition or "")
         value = f"EngineCore calls {step.describe()}; " + (made_by or "neither speculators nor a harness shim does")
         facts.append(Fact(CONTRACT.id, f"{symbol} -> executor.{step.name}()", "setup-step", value, made_by is not None,
-                          "setup-step-skipped", f"{rel}:{step.line}",
-                          detail={"condition": step.condition,
+                          EXTENSIBLE_STEP if turned_off else "setup-step-skipped", f"{rel}:{step.line}",
+                          detail={"condition": step.condition, "turned_off_by": shims.get("disable_extensible_kv_cache"),
                                   "why": f"EngineCore's set-up calls {step.describe()} between building the "
                                          f"executor and the first step; speculators' generator skips it and no "
                                          f"shim replays it"}))
@@ -133,11 +157,15 @@ CONTRACT = Contract(
     id="kvlayout",
     assumes="the KV cache needs no EngineCore set-up step speculators skips (layout resolution, extension)",
     failures=(r"KV cache layout has not been resolved",),
-    shims=(Shim(Attach.EXECUTOR, apply_executor),),
+    shims=(Shim(Attach.EXECUTOR, apply_executor), Shim(Attach.EXECUTOR, no_extensible_cache)),
     gate_covers=(GateCover("layout-resolution-required", apply_executor,
                            "resolves the layout from the workers' supported layouts and KV-cache specs and publishes it, "
                            "as EngineCore does",
-                           lambda f: bool(f.detail.get("resolver_present")), "resolve_kv_cache_layout exists"),),
+                           lambda f: bool(f.detail.get("resolver_present")), "resolve_kv_cache_layout exists"),
+                 GateCover(EXTENSIBLE_STEP, no_extensible_cache,
+                           "turns the extensible KV cache off on the executor and every worker right after start "
+                           "(EngineCore's own path where it is unsupported), so this step has nothing to do",
+                           lambda f: bool(f.detail.get("turned_off_by")), "the shim calls disable_extensible_kv_cache")),
     gate_checks=(kv_layout_resolution, setup_steps),
     upstream=('vLLM #51718 (KV-cache layout standardisation, RFC #42082) made the layout a value EngineCore '
               'resolves and publishes once (first seen at 0.30.0); the extensible KV cache, on by default on '

@@ -29,15 +29,19 @@ def tox_section() -> str:
     lines = [BEGIN, f"[testenv:vllm{{{names}}}]",
              "description = the conformance run for one vLLM CPU build (see fixtures/envs/matrix.toml)",
              "extras = suite", "deps ="]
-    for v in vs.values():
-        lines += [f"    {v['env']}: {dep}" for dep in [v["package"], *v["deps"]]]
+    for v in vs.values():  # a source-built version's package comes from `harness build-vllm`, in commands_pre
+        lines += [f"    {v['env']}: {dep}" for dep in [*([] if v.get("source_build") else [v["package"]]), *v["deps"]]]
     lines += ["set_env =", "    {[testenv]set_env}"]
     for ver, v in vs.items():
         if v["overrides"]:
             lines.append(f"    {v['env']}: UV_OVERRIDE = {{toxinidir}}/fixtures/envs/vllm-{ver}.override.txt")
         if v.get("preload"):
             lines.append(f"    {v['env']}: LD_PRELOAD = {':'.join(v['preload'])}")
-    lines += ["commands_pre =",
+        lines += [f"    {v['env']}: {name} = {value}" for name, value in v.get("runtime_env", {}).items()]
+    lines += ["commands_pre ="]
+    lines += [f"    {v['env']}: python -m harness build-vllm {ver} --install {{envpython}}"
+              for ver, v in vs.items() if v.get("source_build")]
+    lines += [
               "    uv pip install --quiet --python {envpython} --no-deps speculators==0.3.0",
               "    python -m harness envfix",
               "commands =",

@@ -116,6 +116,14 @@ def load(path: Path = FIXTURE) -> list[dict]:
 
 
 # -- the gate's reading of one version ----------------------------------------------------------------------
+def engine_calls(tree) -> set[str]:
+    """The executor methods EngineCore's KV-cache set-up calls in this version (empty where it is not read)."""
+    from harness.gate import engine_setup
+
+    steps, _ = engine_setup.steps(tree.root)
+    return {s.name for s in steps if s.on_executor}
+
+
 def facts(tree, entries: list[dict]) -> list[Fact]:
     """One fact per entry: still there in this version's sources (holds), gone (a finding), or not readable."""
     root = Path(tree.root)
@@ -154,6 +162,11 @@ def facts(tree, entries: list[dict]) -> list[Fact]:
             absent = [c for c in worker_classes if c.exists and name not in c.attributes]
             if not any(c.exists for c in worker_classes):
                 out.append(Fact(contract, symbol, "shim-rpc", "no worker class in these sources", None, site=site))
+                continue
+            if not having and name not in engine_calls(tree):
+                out.append(Fact(contract, symbol, "shim-rpc", "absent, and EngineCore's set-up never calls it: the "
+                                "feature the shim serves is not in this vLLM (the shim is selected only where it is)",
+                                True, evidence=f"{absent[0].file}:{absent[0].line}", site=site))
                 continue
             out.append(Fact(contract, symbol, "shim-rpc",
                             "defined" if not absent else f"absent from {', '.join(runners.describe(c) for c in absent)}",

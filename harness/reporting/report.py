@@ -140,7 +140,8 @@ def build(env: str, meta: dict, contracts: list[dict], e2e: list[dict], tiers: d
     rep = {
         "schema": SCHEMA, "env": env, "generated_at": now(), "status": None, "incomplete": [],
         "versions": {k: meta.get(k) for k in ("vllm", "vllm_distribution", "speculators", "torch", "transformers", "python")},
-        "platform": {k: meta.get(k) for k in ("device_type", "machine", "cpus")},
+        "platform": {k: meta.get(k) for k in ("device_type", "machine", "cpus", "runtime")},
+        "build": meta.get("build"),
         "expectations_file": expectations_file,
         "contracts": sorted(contracts, key=lambda c: c["contract"]),
         "mismatched": mismatched, "unexpected": unexpected, "stale_expectations": stale, "not_observed": not_observed,
@@ -171,6 +172,7 @@ def markdown(rep: dict) -> str:
         f"transformers {v.get('transformers')}, Python {v.get('python')}; platform {p.get('device_type')} "
         f"({p.get('machine')}, {p.get('cpus')} CPUs). Generated {rep['generated_at']}.",
         "",
+        *build_lines(rep),
         "| contract | observed | expected | shim | proof | evidence |",
         "|---|---|---|---|---|---|",
     ]
@@ -209,6 +211,22 @@ def markdown(rep: dict) -> str:
     if rep["notes"]:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in rep["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def build_lines(rep: dict) -> list[str]:
+    """What a run on a vLLM the harness built from source, or on a runner the harness chose, observed: said in
+    words above the table, since every cell of such a run is about that build and that runner only."""
+    b, runtime = rep.get("build"), (rep.get("platform") or {}).get("runtime")
+    lines = []
+    if b:
+        edits = "; ".join(f"{e['file']}: {e['why']}" for e in b.get("edits", [])) or "none"
+        lines.append(f"**Built from source by the harness** (no CPU wheel of this release exists): {b['sdist']} "
+                     f"(sha256 {b['sdist_sha256'][:16]}…), oneDNN {b['onednn_tag']} ({b['onednn']}), gcc {b['gcc']}, "
+                     f"torch {b['torch']}, flags {b.get('env')}; edits to the sdist: {edits}. Wheel "
+                     f"{b['wheel']} (sha256 {b['wheel_sha256'][:16]}…), built {b['built_at']} in {b['build_wall_s']:.0f} s.")
+    if runtime:
+        lines.append(f"**Runner:** {runtime}. Contracts that read the model runner describe that runner only.")
+    return lines + [""] if lines else []
 
 
 def write(rep: dict, directory: Path, name: str | None = None) -> tuple[Path, Path]:

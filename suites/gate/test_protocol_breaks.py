@@ -15,10 +15,6 @@ import pytest
 from harness.gate import bisect, client, sources
 from harness.gate.cli import configure, run
 
-RUNNER_SHIM_SITES = {"harness/contracts/chunkedprefill.py:apply_worker.execute_model",
-                     "harness/contracts/chunkedprefill.py:rows_placement"}
-
-
 def _gate(tmp_path: Path, old: str, new: str, cache: Path | None = None) -> tuple[int, dict, str]:
     out, md = tmp_path / "gate.json", tmp_path / "gate.md"
     argv = ["--from", old, "--to", new, "--json", str(out), "--summary", str(md)]
@@ -31,31 +27,33 @@ def _findings(rep: dict, contract: str, kind: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("old", ["0.32.0", "0.33.0"])
-def test_0340_is_not_covered_it_names_the_runner_removal_and_the_extensible_kv_cache_step(old, tmp_path):
+def test_0340_names_the_runner_removal_and_the_extensible_kv_cache_step_each_with_its_v2_shim(old, tmp_path):
+    """0.34's breaks, each named with evidence and the shim that handles it (proved by reports/vllm034.*); a
+    V2 runner that exposed no step order, or a set-up step no shim makes, stays uncovered (the fabricated trees)."""
     rc, rep, md = _gate(tmp_path, old, "0.34.0")
-    assert (rc, rep["verdict"]) == (1, "NEEDS-NEW-SHIM"), md
+    assert (rc, rep["verdict"]) == (0, "NEEDS-SHIM-AND-COVERED"), md
     replaced = _findings(rep, "chunkedprefill", "runner-replaced")
     assert {f["symbol"] for f in replaced} == {"vllm.v1.worker.gpu_worker:Worker.model_runner",
                                                "vllm.v1.worker.cpu_worker:CPUWorker.model_runner"}
     gpu = next(f for f in replaced if "gpu_worker" in f["symbol"])
     assert "gpu_model_runner.GPUModelRunner (keeps input_batch)" in gpu["old"]
-    assert "v1.worker.gpu.model_runner.GPUModelRunner" in gpu["new"] and "keeps" not in gpu["new"]
-    assert gpu["status"] == "uncovered" and "apply_worker" in gpu["reason"] and "rows_placement" in gpu["reason"]
+    assert "v1.worker.gpu.model_runner.GPUModelRunner (builds each step's batch in prepare_inputs)" in gpu["new"]
+    assert gpu["status"] == "covered" and gpu["shim"] == "harness.contracts.chunkedprefill.apply_worker"
     assert gpu["evidence"].startswith("vllm/v1/worker/gpu_worker.py:")
     [order] = [f for f in _findings(rep, "chunkedprefill", "step-order-sorted") if "gpu_worker" in f["symbol"]]
-    assert order["evidence"].startswith("vllm/v1/worker/gpu/model_runner.py:") and order["status"] == "uncovered"
-    # The shims' own surface: each site that reads the runner's batch is named, none of it covered.
-    gone = _findings(rep, "chunkedprefill", "shim-surface-removed")
-    assert {f["site"] for f in gone} == RUNNER_SHIM_SITES and all(f["status"] == "uncovered" for f in gone)
-    assert all(f["symbol"] == "worker.model_runner.input_batch" and "shim no longer applies" in f["reason"] for f in gone)
-    steps = {f["symbol"].rsplit("executor.", 1)[1]: f for f in _findings(rep, "kvlayout", "setup-step-skipped")}
-    assert {"extend_kv_cache()", "extensible_kv_cache_unsupported_reason()", "disable_extensible_kv_cache()"} <= set(steps)
+    assert order["evidence"].startswith("vllm/v1/worker/gpu/model_runner.py:") and order["status"] == "covered"
+    assert order["shim"] == "harness.contracts.chunkedprefill.in_request_order"
+    assert not _findings(rep, "chunkedprefill", "shim-surface-removed")  # nothing the shims read is gone
+    steps = {f["symbol"].rsplit("executor.", 1)[1]: f for f in _findings(rep, "kvlayout", "extensible-kv-cache-step")}
+    assert set(steps) == {"extend_kv_cache()", "extensible_kv_cache_unsupported_reason()"}, md
     assert steps["extend_kv_cache()"]["evidence"].startswith("vllm/v1/engine/core.py:")
-    assert all(f["status"] == "uncovered" for f in steps.values())
+    assert all(f["status"] == "covered" and f["shim"] == "harness.contracts.kvlayout.no_extensible_cache"
+               for f in steps.values())
+    assert not _findings(rep, "kvlayout", "setup-step-skipped")  # disable_extensible_kv_cache: the shim makes it
     [twophase] = _findings(rep, "twophase", "two-phase-execute")
     assert "no State error guard" in twophase["new"] and "v1.worker.gpu.model_runner" in twophase["new"]
-    assert rep["contracts"]["chunkedprefill"]["status"] == rep["contracts"]["kvlayout"]["status"] == "needs-new-shim"
-    assert "NEEDS-NEW-SHIM" in md and "extend_kv_cache" in md
+    assert rep["contracts"]["chunkedprefill"]["status"] == rep["contracts"]["kvlayout"]["status"] == "covered"
+    assert "extend_kv_cache" in md and "no_extensible_cache" in md
 
 
 def test_0320_to_0330_holds_the_runner_and_the_set_up_steps(tmp_path):
@@ -64,8 +62,8 @@ def test_0320_to_0330_holds_the_runner_and_the_set_up_steps(tmp_path):
     assert rc == 0, md
     assert not [f for f in rep["findings"] if f["contract"] in ("chunkedprefill", "kvlayout", "runtime")], md
     assert rep["contracts"]["chunkedprefill"]["status"] == "outside"
-    # runner and step order for both workers, and the two shim sites that read the runner's batch
-    assert rep["contracts"]["chunkedprefill"]["note"].startswith("6 static fact(s) unchanged")
+    # runner and step order for both workers
+    assert rep["contracts"]["chunkedprefill"]["note"].startswith("4 static fact(s) unchanged")
 
 
 @pytest.mark.parametrize("contract", ["chunkedprefill", "kvlayout"])
@@ -126,12 +124,16 @@ def test_a_new_engine_core_set_up_call_is_a_finding(fabricate):
     assert rc == 1 and rep["verdict"] == "NEEDS-NEW-SHIM", md
 
 
-def test_a_runner_without_the_batch_the_shim_reads_is_a_finding(fabricate):
+def test_a_runner_that_exposes_no_step_order_is_a_finding(fabricate):
+    """A runner with neither a persistent batch nor a step batch built in prepare_inputs: nothing tells the shim
+    in which order a step's rows were captured."""
     tree, gate = fabricate
     runner = tree / "vllm/v1/worker/gpu_model_runner.py"
     text = runner.read_text()
     assert "self.input_batch = InputBatch(" in text, "the 0.32.0 sources no longer hold the line this test changes"
+    assert "def prepare_inputs(" not in text  # V1 prepares its inputs privately
     runner.write_text(text.replace("self.input_batch = InputBatch(", "self.batch_state = InputBatch("))
     rc, rep, md = gate()
-    assert {f["site"] for f in _findings(rep, "chunkedprefill", "shim-surface-removed")} == RUNNER_SHIM_SITES
-    assert _findings(rep, "chunkedprefill", "runner-replaced") and rc == 1, md
+    [gpu] = [f for f in _findings(rep, "chunkedprefill", "runner-replaced") if "gpu_worker" in f["symbol"]]
+    assert gpu["status"] == "uncovered" and "no shim reads its order" in gpu["reason"], md
+    assert rc == 1 and rep["contracts"]["chunkedprefill"]["status"] == "needs-new-shim", md

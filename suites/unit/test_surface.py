@@ -35,6 +35,7 @@ def test_the_committed_shim_surface_is_the_one_the_code_shows():
     committed = json.loads(shim_surface.FIXTURE.read_text())
     assert committed == shim_surface.derive(), "stale: run `python -m harness surface --shims` and commit the fixture"
     kinds = {(e["kind"], e["name"], e["site"]) for e in committed["entries"]}
-    assert ("runner", "input_batch", "harness/contracts/chunkedprefill.py:rows_placement") in kinds
+    assert ("runner", "model", "harness/contracts/embed.py:apply_worker") in kinds
+    assert ("rpc", "disable_extensible_kv_cache", "harness/contracts/kvlayout.py:no_extensible_cache") in kinds
     assert ("rpc", "set_kv_cache_layout", "harness/contracts/kvlayout.py:resolve_layout") in kinds
     assert ("module", "vllm.v1.attention.backends.utils", "harness/contracts/kvlayout.py:_resolver") in kinds
