@@ -1,39 +1,31 @@
-"""C-chunkedprefill: every prompt of a batch larger than one scheduler step comes back complete and its rows
-are its own (in request order), whatever the batch size.
+"""C-chunkedprefill: every prompt of a batch comes back complete and its rows are its own (in request order),
+whatever the batch's size and the lengths of its prompts.
 
-speculators 0.3.0's loop finishes every request it saw scheduled after one `schedule()` step, and slices
-the captured rows assuming they arrive in the order it added the requests. Both break once a batch
-exceeds one step's token budget (`max_num_batched_tokens`, 8192 in speculators' config), which the
-batches a training team extracts (40 prompts of 300 tokens, 5 of 2,000) do as a rule:
+speculators 0.3.0 finishes every request it saw scheduled after one `schedule()` step and slices the captured rows
+in the order it added the requests. Real batches (40 prompts of 300 tokens, 5 of 2,000) break both:
 
-* chunked prefill on (vLLM V1's default from 0.12 in the scheduler speculators builds): a prompt that
-  straddles the step boundary is finished after its first chunk; its remaining tokens are never prefilled
-  and it comes back with fewer rows than tokens (speculators 0.4.0 fixed this upstream with per-request
-  bookkeeping);
-* chunked prefill off (0.11): a prompt that does not fit waits, and the waiting queue comes back in reverse
-  order, so the next step is scheduled last-in first-out. Every row count still matches, but prompt i
-  gets the rows of another prompt: silently wrong training data on the vLLM speculators was written for.
+* over one step's budget (`max_num_batched_tokens`, 8192) with chunked prefill on (V1's default from 0.12), a
+  straddling prompt is finished after its first chunk and comes back short (speculators 0.4.0 fixed its loop);
+  with it off (0.11), waiting prompts are scheduled last-in first-out: every count matches, but prompts get
+  other prompts' rows, silently;
+* the V2 runners vLLM 0.34 builds sort each step's requests by scheduled token count, so prompts of unequal
+  lengths are captured out of order even within one step.
 
-Shim, two halves. Driver: speculators' scheduler finishes only requests whose prefill is done
-(`num_computed_tokens`, which `schedule()` advances, has reached the prompt length); a request mid-prefill
-stays running and the next step schedules its next chunk; the order requests were added in is recorded.
-Worker: each forward's requests, in the order the runner captured their rows, with their scheduled token counts
-(`step_order`): on V1 runners the persistent batch's order (a request kept running keeps its slot while new
-requests fill the slots below it, so its later chunk is captured after rows of later requests); on the V2 runners
-vLLM 0.34 builds instead, the order of the batch each step builds in `prepare_inputs`, which sorts a step's
-requests by scheduled token count, so that a batch of unequal prompts is reordered even within one step. Once speculators has added a batch's requests, the driver sends their order
-and prompt lengths (`set_arrivals`); each forward's rows then go straight to their place in the hand-off,
-per request in that order (`rows_placement`, while the next step runs), or, where that hand-off is not
-taken, the worker regroups them on the device before they leave it (`in_request_order`), so that
-speculators' own slicing is right. The row check alone cannot see a reordering
-(the counts match); the probe compares rows with the same prompts extracted on their own, the end-to-end
-suite with transformers.
+Shim, two halves. Driver: speculators' scheduler finishes only requests whose prefill is done (a request
+mid-prefill stays running for its next chunk) and records the order requests were added in. Worker: each
+forward's requests in the order the runner captured their rows (`step_order`: a V1 runner's persistent batch, or
+the batch a V2 runner builds per step in `prepare_inputs`). The driver announces the batch's order and prompt
+lengths (`set_arrivals`); each forward's rows go straight to their place in the hand-off (`rows_placement`) or
+are regrouped on the device (`in_request_order`), so that speculators' own slicing is right. Row counts cannot
+show a reordering: the probe compares rows with the prompts extracted on their own, the e2e suite with
+transformers.
 """
 
 from __future__ import annotations
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 from harness.gate.facts import Fact
+from harness.runtime.row_order import BATCH_ATTRIBUTE, STEP_BATCH_METHOD, record_step_batches, request_ranges, step_order
 
 #: The attribute on speculators' scheduler that holds the guard (tests and the probe switch it).
 GUARD = "_harness_prefill_guard"
@@ -95,33 +87,6 @@ def apply(ns: dict, current, state=None) -> None:
         return sched
 
     ns["Scheduler"] = Scheduler
-
-
-def record_step_batches(runner) -> None:
-    """A runner without a persistent batch (vLLM's V2 runners, the only ones from 0.34) builds each step's
-    `InputBatch` in `prepare_inputs`, in its own order (sorted by scheduled token count): keep the request ids of
-    the last one built, which are the order of the rows its forward captures."""
-    if hasattr(runner, BATCH_ATTRIBUTE) or runner.__dict__.get("_harness_step_batches"):
-        return
-    inner = runner.prepare_inputs
-
-    def prepare_inputs(*args, **kwargs):
-        batch = inner(*args, **kwargs)
-        runner._harness_step_req_ids = list(batch.req_ids)
-        return batch
-
-    runner.prepare_inputs = prepare_inputs
-    runner._harness_step_batches = True
-
-
-def step_order(runner, scheduled: dict) -> list[str]:
-    """The requests of the step just run, in the order their rows were captured: the persistent batch's order
-    (V1 runners), else the order of the step's own `InputBatch` (V2, see `record_step_batches`)."""
-    batch = getattr(runner, BATCH_ATTRIBUTE, None)
-    ids = batch.req_ids if batch is not None else getattr(runner, "_harness_step_req_ids", None)
-    if ids is None:
-        raise RuntimeError(f"{type(runner).__name__} keeps no {BATCH_ATTRIBUTE} and no step batch was recorded")
-    return [r for r in ids if r is not None and r in scheduled]
 
 
 def apply_worker(worker) -> None:
@@ -205,24 +170,6 @@ def rows_placement(worker, scheduler_output, rows: int):
     return places["total"], moves
 
 
-def request_ranges(segments: list, arrivals: list[str], total: int) -> list[tuple[int, int]] | None:
-    """The (start, rows) ranges of the captured rows, in arrival order of their requests; None where nothing
-    needs to move or the records do not cover the `total` rows (the row check then says what is wrong)."""
-    flat = [seg for step in segments for seg in step]
-    if not flat or sum(n for _, n in flat) != total:
-        return None
-    chunks: dict[str, list[tuple[int, int]]] = {}
-    offset = 0
-    for req_id, n in flat:
-        chunks.setdefault(req_id, []).append((offset, n))
-        offset += n
-    if set(chunks) != set(arrivals) or len(chunks) != len(arrivals):
-        return None
-    ranges = [r for req in arrivals for r in chunks[req]]
-    starts = [start for start, _ in ranges]
-    return None if starts == sorted(starts) else ranges
-
-
 def in_request_order(worker, states: list) -> list:
     """Worker side, before the states leave the device: the captured rows regrouped per request, in the order
     speculators added the requests, so that its contiguous slicing gives each prompt its own rows. A gather
@@ -252,10 +199,18 @@ def straddling_batch(budget: int, vocab: int) -> list[list[int]]:
     return [[(7 * i + 3 * j) % (vocab - 4) + 4 for j in range(PROMPT_TOKENS)] for i in range(n)]
 
 
+def unequal_batch(vocab: int, lengths=(48, 40, 32, 24, 16, 8)) -> list[list[int]]:
+    """Prompts of falling lengths, one step in all: a runner that sorts a step's requests by token count (V2)
+    captures them in the reverse of the order they were added."""
+    return [[(5 * i + 11 * j) % (vocab - 4) + 4 for j in range(n)] for i, n in enumerate(lengths)]
+
+
 def proof_run(gen) -> None:
-    """The shim proof's run: a batch that straddles the generator's step budget, rows checked for order."""
+    """The shim proof's run: a batch that straddles the generator's step budget, and one step of unequal prompts,
+    rows checked for order."""
     sc = gen.vllm_config.scheduler_config
     in_order(gen, straddling_batch(int(sc.max_num_batched_tokens), gen.vocab_size))
+    each_own(gen, unequal_batch(gen.vocab_size))
 
 
 def chunked(scheduler_config) -> bool:
@@ -291,6 +246,16 @@ def in_order(gen, batch: list[list[int]], tail: int = 5) -> None:
                              f"extracted alone by {worst:.3g}")
 
 
+def each_own(gen, batch: list[list[int]]) -> None:
+    """Extract `batch`; every prompt's rows must equal that prompt extracted on its own."""
+    results = gen.generate(batch)
+    worst = max(float((a - b).abs().max()) for prompt, got in zip(batch, results)
+                for a, b in zip(gen.generate([prompt])[0]["hidden_states"], got["hidden_states"]))
+    if worst > ORDER_TOL:
+        raise AssertionError(f"rows are not in request order: a step of {len(batch)} prompts of unequal lengths "
+                             f"differs from the prompts extracted alone by {worst:.3g}")
+
+
 def probe(ctx) -> Observation:
     gen = ctx.generator
     sc = ctx.vllm_config.scheduler_config
@@ -303,15 +268,19 @@ def probe(ctx) -> Observation:
     batch = straddling_batch(facts["max_num_batched_tokens"], ctx.model.vocab_size)
     facts["batch"] = f"{len(batch)} prompts x {PROMPT_TOKENS} tokens = {len(batch) * PROMPT_TOKENS} tokens"
     regrouped = lambda: gen.executor_view.collective_rpc(reordered)[0]  # noqa: E731 - rank 0 captures
+    unequal = unequal_batch(ctx.model.vocab_size)
     guard.enabled, cut_before, kept_before, regrouped_before = False, guard.cut, guard.kept, regrouped()
     try:
-        unshimmed, _ = Attempt.run(lambda: in_order(gen, batch))
+        straddling, _ = Attempt.run(lambda: in_order(gen, batch))
+        one_step, _ = Attempt.run(lambda: each_own(gen, unequal))
     finally:
         guard.enabled = True
     facts["finished_mid_prefill_unshimmed"] = guard.cut - cut_before
+    facts["unequal_step_unshimmed"] = one_step.text
+    unshimmed = straddling if not straddling.ok else one_step
     shimmed = None
     if not unshimmed.ok:
-        shimmed, _ = Attempt.run(lambda: in_order(gen, batch))
+        shimmed, _ = Attempt.run(lambda: (in_order(gen, batch), each_own(gen, unequal)))
         facts["kept_running_shimmed"] = guard.kept - kept_before
         facts["regrouped_shimmed"] = regrouped() - regrouped_before
     facts["shim_selected"] = guard.kept - kept_before > 0 or regrouped() - regrouped_before > 0
@@ -319,10 +288,6 @@ def probe(ctx) -> Observation:
 
 
 # -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
-#: Where the worker-side shim reads a step's request order on the runner the worker builds: the persistent batch
-#: (V1 runners: `input_batch.req_ids`), else the batch each step builds in `prepare_inputs` (V2 runners).
-BATCH_ATTRIBUTE = "input_batch"
-STEP_BATCH_METHOD = "prepare_inputs"
 
 
 def runner_facts(tree, used, follower) -> list[Fact]:

@@ -49,7 +49,7 @@ class BuildFailed(RuntimeError):
 @dataclass(frozen=True)
 class Recipe:
     version: str
-    data: dict
+    data: dict  # the version's table, its named edits resolved into dicts (name, file, old, new, why)
 
     @property
     def edits(self) -> list[dict]:
@@ -63,8 +63,15 @@ class Recipe:
 
 
 def recipes() -> dict[str, Recipe]:
-    data = tomllib.loads(RECIPES.read_text())["versions"]
-    return {v: Recipe(v, d) for v, d in data.items()}
+    data = tomllib.loads(RECIPES.read_text())
+    edits = data.get("edits", {})
+    out = {}
+    for version, table in data["versions"].items():
+        unknown = [e for e in table.get("edits", []) if e not in edits]
+        if unknown:
+            raise BuildRefused(f"{RECIPES.name}: vLLM {version} names edits it does not define: {', '.join(unknown)}")
+        out[version] = Recipe(version, {**table, "edits": [{"name": e, **edits[e]} for e in table.get("edits", [])]})
+    return out
 
 
 def recipe(version: str) -> Recipe:
@@ -168,15 +175,18 @@ def fetch_sdist(rec: Recipe, work: Path) -> Path:
 
 
 def unpack(rec: Recipe, sdist: Path, work: Path) -> Path:
-    """The sdist extracted under `work/src` (once; file times kept, so a rebuild recompiles only what changed),
-    with the recipe's edits applied."""
+    """The sdist extracted under `work/src` (once; file times kept, so a rebuild in the same work folder
+    recompiles only what an edit changed), with the recipe's edits applied; extracted afresh when the recipe no
+    longer makes an edit the tree has."""
     tree = work / "src" / f"vllm-{rec.version}"
     marker = work / "src" / f".extracted-{rec.data['sdist_sha256'][:16]}"
-    if not marker.is_file():
+    wanted = [e.get("name", e["file"]) for e in rec.edits]
+    applied = json.loads(marker.read_text() or "[]") if marker.is_file() else None
+    if applied is None or not set(applied) <= set(wanted):  # new, or an edit the recipe no longer makes: afresh
         shutil.rmtree(tree, ignore_errors=True)
+        marker.unlink(missing_ok=True)
         with tarfile.open(sdist) as tar:
             tar.extractall(work / "src", filter="data")
-        marker.write_text("")
     for edit in rec.edits:
         path = tree / edit["file"]
         text = path.read_text()
@@ -184,6 +194,7 @@ def unpack(rec: Recipe, sdist: Path, work: Path) -> Path:
             path.write_text(text.replace(edit["old"], edit["new"]))
         elif not (text.count(edit["new"]) == 1 and edit["old"] not in text):
             raise BuildRefused(f"edit of {edit['file']} does not apply: {edit['old']!r} is not found once")
+    marker.write_text(json.dumps(wanted))
     return tree
 
 
@@ -294,7 +305,7 @@ def cmd_build_vllm(args) -> int:
         rec = recipe(args.version)
         wheel = None if args.rebuild else cached(rec)
         if wheel is None:
-            work = Path(args.workdir) if args.workdir else cache_root() / "work" / f"vllm-{rec.version}-{rec.key()}"
+            work = Path(args.workdir) if args.workdir else cache_root() / "work" / f"vllm-{rec.version}"
             print(f"harness build-vllm: building vLLM {rec.version} (CPU) from its sdist in {work}; log {work / 'build.log'}",
                   file=sys.stderr, flush=True)
             wheel = build(rec, work, jobs=args.jobs)

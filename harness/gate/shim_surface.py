@@ -33,7 +33,7 @@ from harness.paths import FIXTURES, REPO_ROOT
 FIXTURE = FIXTURES / "surfaces" / "harness-shims.json"
 #: The harness code that touches vLLM at run time, relative to the repository root.
 SOURCES = ("harness/contracts/*.py", "harness/runtime/worker.py", "harness/runtime/executor_view.py",
-           "harness/runtime/transport.py")
+           "harness/runtime/row_order.py", "harness/runtime/transport.py")
 MODULE_NAME = re.compile(r"^vllm(\.\w+)+$")
 KIND = "shim-surface-removed"
 

@@ -120,3 +120,34 @@ def _verdict_text(cell: dict) -> str:
         shims = cell["shims"]
         return f"works, {len(shims)} shims" if len(shims) > 2 else "works with " + " + ".join(shims)
     return {WORKS: "works", BROKEN: "**broken**", NOT_RUNNABLE: "not runnable", NOT_OBSERVED: "not observed"}[v]
+
+
+#: The README's answer block is generated from reports/matrix.json between these markers (`harness matrix`
+#: rewrites it; a unit test holds the committed README to the committed matrix).
+ANSWER_BEGIN = "<!-- answer: generated from reports/matrix.json by `python -m harness matrix`; do not edit -->"
+ANSWER_END = "<!-- end of answer -->"
+WORD = {WORKS: "works", SHIMMED: "shims", BROKEN: "**broken**", NOT_RUNNABLE: "—", NOT_OBSERVED: "not observed"}
+
+
+def answer_table(m: dict) -> str:
+    """Which vLLM works with which speculators release, one row per vLLM build, one word a cell (the matrix page
+    and matrix.json say which shims and why)."""
+    releases = list(CLIENTS)
+    lines = [ANSWER_BEGIN, "| vLLM | run | " + " | ".join(f"speculators {r}" for r in releases) + " |",
+             "|---|---|" + "---|" * len(releases)]
+    for col in reversed(m["columns"]):
+        ver = col["version"]
+        cells = []
+        for r in releases:
+            cell = m["clients"][r].get(ver, {"verdict": NOT_OBSERVED})
+            cells.append(WORD[cell["verdict"]] + ("" if cell.get("complete", True) else " (partial run)"))
+        lines.append(f"| {ver} | {col['status']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines + [ANSWER_END])
+
+
+def with_answer(readme: str, m: dict) -> str:
+    """`readme` with its answer block regenerated (unchanged where it has no markers)."""
+    start, end = readme.find(ANSWER_BEGIN), readme.find(ANSWER_END)
+    if start < 0 or end < start:
+        return readme
+    return readme[:start] + answer_table(m) + readme[end + len(ANSWER_END):]

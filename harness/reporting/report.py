@@ -226,6 +226,8 @@ def build_lines(rep: dict) -> list[str]:
                      f"{b['wheel']} (sha256 {b['wheel_sha256'][:16]}…), built {b['built_at']} in {b['build_wall_s']:.0f} s.")
     if runtime:
         lines.append(f"**Runner:** {runtime}. Contracts that read the model runner describe that runner only.")
+    elif b and b.get("runtime_why"):
+        lines.append(f"**Runner:** {b['runtime_why']}.")
     return lines + [""] if lines else []
 
 

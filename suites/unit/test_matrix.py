@@ -58,8 +58,8 @@ def test_e2e_row_ignores_checks_that_do_not_apply(tmp_path):
     assert "e2e[native:m]" not in rows
 
 
-def test_readme_contract_table_dates_are_the_matrix_s():
-    """Every version in the README's contract table is checked against reports/matrix.json: the "shimmed on"
+def test_docs_contract_table_dates_are_the_matrix_s():
+    """Every version in the docs' contract table (docs/contracts.md) is checked against reports/matrix.json: the "shimmed on"
     column must be what the matrix observed, every contract has a row, and the prose columns carry no other
     version except one marked as seen by the gate beyond the matrix."""
     import re
@@ -67,7 +67,7 @@ def test_readme_contract_table_dates_are_the_matrix_s():
     from harness import contracts
 
     m = json.loads((REPO_ROOT / "reports" / "matrix.json").read_text())
-    text = (REPO_ROOT / "README.md").read_text()
+    text = (REPO_ROOT / "docs" / "contracts.md").read_text()
     table = text[text.index("| id | speculators 0.3.0 assumes |"):].split("\n\n")[0].splitlines()[2:]
     seen = {}
     newest = m["columns"][-1]["version"]
@@ -80,7 +80,17 @@ def test_readme_contract_table_dates_are_the_matrix_s():
             for v in re.findall(r"\b\d+\.\d+(?:\.\d+)?\b", cell):
                 assert tuple(map(int, v.split("."))) > tuple(map(int, newest.split("."))) and "gate" in cell, (
                     f"{cid}: version {v} in the prose of the contract table is not checked against the matrix")
-    assert list(seen) == contracts.ids(), "the README lists every contract, in registry order"
+    assert list(seen) == contracts.ids(), "docs/contracts.md lists every contract, in registry order"
+
+
+def test_the_readme_answer_is_the_committed_matrix_s():
+    """The README's answer table is generated from reports/matrix.json (`harness matrix` rewrites it)."""
+    from harness.reporting import client_axis
+
+    m = json.loads((REPO_ROOT / "reports" / "matrix.json").read_text())
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert client_axis.answer_table(m) in readme, "stale: run `python -m harness matrix` (or regenerate the block)"
+    assert readme.count("\n") <= 150, "the README stays a first screen and a page: detail goes to docs/"
 
 
 def test_a_new_matrix_entry_is_rendered_into_tox_ini_and_its_label(tmp_path, monkeypatch):

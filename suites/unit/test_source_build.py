@@ -47,6 +47,9 @@ def test_edits_apply_once_keep_file_times_and_refuse_when_the_text_moved(tmp_pat
     assert cmake.read_text() == f"if (GCC {NEW}\n"
     source_build.unpack(rec, tmp_path / "vllm-0.34.0.tar.gz", tmp_path / "work")  # again: already applied, kept
     assert cmake.read_text() == f"if (GCC {NEW}\n"
+    undone = _recipe(edits=[])  # the recipe no longer makes the edit: the tree is extracted afresh
+    source_build.unpack(undone, tmp_path / "vllm-0.34.0.tar.gz", tmp_path / "work")
+    assert cmake.read_text() == f"if (GCC {OLD}\n"
     moved = _recipe(sdist_sha256="1" * 64)
     with pytest.raises(BuildRefused, match="does not apply"):
         source_build.unpack(moved, _sdist(tmp_path, "if (GCC VERSION_GREATER_EQUAL 13.1))\n"), tmp_path / "w2")
