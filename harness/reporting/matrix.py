@@ -172,12 +172,12 @@ def to_markdown(m: dict) -> str:
              "Rows `native*` are vLLM's own hidden-state export (0.17+), not speculators' calls: **native** = it holds "
              "(`native[model]`: runs here and agrees with ours), **broken** = it does not hold here (the cell says why).", "",
              *(client_axis.to_markdown(m) if m.get("clients") else []), "", "## Contract rows (speculators 0.3.0) and end-to-end checks", "",
-             head, "|---|" + "---|" * len(cols)]
+             head, "|---|" + "---|" * len(cols),
+             "| **status** | " + " | ".join(f"**{c['status']}**" if c["status"] != "incomplete" else "*incomplete*"
+                                           for c in cols) + " |"]
     for key, cells in m["rows"].items():
         lines.append(f"| {key} | " + " | ".join(short_cell(cells[c["version"]]) for c in cols) + " |")
-    lines += ["| status | " + " | ".join(c["status"] if c["status"] != "incomplete" else "*incomplete*"
-                                         for c in cols) + " |",
-              "| wall s | " + " | ".join(str(c.get("wall_s", "—")) for c in cols) + " |"]
+    lines += ["| wall s | " + " | ".join(str(c.get("wall_s", "—")) for c in cols) + " |"]
     bench = [c for c in cols if c.get("benchmark")]
     if bench:
         lines.append("| extraction / prefill | " + " | ".join(bench_cell(c.get("benchmark")) for c in cols) + " |")

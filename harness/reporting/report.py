@@ -168,6 +168,8 @@ def markdown(rep: dict) -> str:
     lines = [
         f"# Conformance report: `{rep['env']}` — {rep['status'].upper()}",
         "",
+        counts_line(rep),
+        "",
         f"vLLM {v.get('vllm')} ({v.get('vllm_distribution')}), speculators {v.get('speculators')}, torch {v.get('torch')}, "
         f"transformers {v.get('transformers')}, Python {v.get('python')}; platform {p.get('device_type')} "
         f"({p.get('machine')}, {p.get('cpus')} CPUs). Generated {rep['generated_at']}.",
@@ -176,14 +178,18 @@ def markdown(rep: dict) -> str:
         "| contract | observed | expected | shim | proof | evidence |",
         "|---|---|---|---|---|---|",
     ]
+    na_contracts: dict[str, list[str]] = {}
     for c in rep["contracts"]:
         held = c.get("expected") is not None  # an observed build holds nothing to expectations: no mismatch
-        mark = " **MISMATCH**" if held and c.get("expected") != c["outcome"] else ""
         evidence = c["unshimmed"]["error"] if c["unshimmed"] and not c["unshimmed"]["ok"] else c["reason"]
-        evidence = (evidence or "").replace("|", "\\|")[:160]
+        if c["outcome"] == "n/a" and c.get("expected") in ("n/a", None):
+            na_contracts.setdefault(plain(evidence), []).append(c["contract"])
+            continue
+        mark = " **MISMATCH**" if held and c.get("expected") != c["outcome"] else ""
         proof = (c.get("proof") or {}).get("result") or "—"
         lines.append(f"| {c['contract']} | {c['outcome']}{mark} | {c.get('expected') or '—'} | "
-                     f"{c.get('shim') or ''} | {proof} | {evidence} |")
+                     f"{c.get('shim') or ''} | {proof} | {cell(evidence)} |")
+    lines += collapsed("Contracts n/a here", na_contracts)
     if rep.get("incomplete"):
         lines += ["", "**Incomplete:**"] + [f"- {g['what']}" for g in rep["incomplete"]]
     for label, key in (("Stale expectations", "stale_expectations"), ("Not observed", "not_observed"),
@@ -193,8 +199,13 @@ def markdown(rep: dict) -> str:
     if rep["e2e"]:
         lines += ["", "## End to end (speculators' generator through the shims)", "",
                   "| model | check | result | measured |", "|---|---|---|---|"]
+        na_checks: dict[str, list[str]] = {}
         for e in rep["e2e"]:
-            lines.append(f"| {e['model']} | {e['check']} | {e['result']} | {e.get('measured', '')} |")
+            if e["result"] == "n/a":
+                na_checks.setdefault(plain(e.get("measured", "")), []).append(f"{e['model']}: {e['check']}")
+                continue
+            lines.append(f"| {e['model']} | {e['check']} | {e['result']} | {cell(e.get('measured', ''))} |")
+        lines += collapsed("Checks n/a here", na_checks)
     if rep["tiers"]:
         lines += ["", "## Wall time per tier", "", "| tier | tests | passed | failed | skipped | wall s |",
                   "|---|---|---|---|---|---|"]
@@ -211,6 +222,38 @@ def markdown(rep: dict) -> str:
     if rep["notes"]:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in rep["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def plain(text) -> str:
+    """One line of text: whitespace runs (newlines included) become one space; never cut."""
+    return " ".join(str(text or "").split())
+
+
+def cell(text) -> str:
+    """A Markdown table cell holding the whole text (pipes escaped)."""
+    return plain(text).replace("|", "\\|")
+
+
+def collapsed(title: str, by_reason: dict[str, list[str]]) -> list[str]:
+    """n/a rows, one line per reason (the same reason is never repeated row after row)."""
+    if not by_reason:
+        return []
+    lines = ["", f"**{title}** ({sum(map(len, by_reason.values()))}, one line per reason):", ""]
+    return lines + [f"- {reason or 'no reason given'}: {', '.join(keys)}" for reason, keys in by_reason.items()]
+
+
+def counts_line(rep: dict) -> str:
+    """The run in one line: tests, contract outcomes, end-to-end results."""
+    t = rep.get("tests") or {}
+    outcomes: dict[str, int] = {}
+    for c in rep["contracts"]:
+        outcomes[c["outcome"]] = outcomes.get(c["outcome"], 0) + 1
+    e2e: dict[str, int] = {}
+    for e in rep["e2e"]:
+        e2e[e["result"]] = e2e.get(e["result"], 0) + 1
+    say = lambda d: ", ".join(f"{n} {k}" for k, n in sorted(d.items(), key=lambda kv: -kv[1])) or "none"  # noqa: E731
+    return (f"**Tests:** {t.get('passed', 0)} passed, {t.get('failed', 0)} failed, {t.get('skipped', 0)} skipped. "
+            f"**Contracts:** {say(outcomes)}. **End to end:** {say(e2e)}.")
 
 
 def build_lines(rep: dict) -> list[str]:

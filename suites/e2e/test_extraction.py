@@ -205,7 +205,8 @@ def test_streamed_and_shared_memory_hand_offs_are_bit_identical_to_the_rpc(run, 
     record_e2e(run.model.name, "streamed and shared-memory hand-offs == RPC reply, bitwise", "pass" if ok else "fail",
                f"{len(batch)} prompts, {sum(map(len, batch))} tokens over a {budget}-token step, x "
                f"{len(gen.layer_ids)} layers; batches streamed {used['stream']} (rows regrouped {moved}), "
-               f"shared memory after the last step {used['shm']}; bitwise equal {equal}")
+               f"shared memory after the last step {used['shm']}; bitwise equal: "
+               + ", ".join(f"{mode} {'yes' if same_ else 'no'}" for mode, same_ in equal.items()))
     assert used["stream"] == 1, "the streamed hand-off was not taken (no room in /dev/shm, or a step not placed?)"
     assert used["shm"] == 1, "the end-of-batch shared-memory hand-off was not taken"
     assert equal == {"stream": True, "shm": True}
