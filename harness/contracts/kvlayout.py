@@ -55,8 +55,21 @@ def resolve_layout(real_executor, vllm_config) -> str | None:
     specs = real_executor.collective_rpc("get_kv_cache_spec")
     layout = _resolver()(vllm_config, real_executor.collective_rpc("get_supported_kv_cache_layouts"),
                          [s for per_rank in specs for s in per_rank.values()])
-    real_executor.collective_rpc("set_kv_cache_layout", args=(layout.name,))
+    interleave = getattr(vllm_config.parallel_config, "cp_kv_cache_interleave_size", None)
+    if interleave is not None and _takes_interleave():  # 0.34: the workers take the context-parallel interleave too
+        real_executor.collective_rpc("set_kv_cache_layout", args=(layout.name, interleave))
+    else:
+        real_executor.collective_rpc("set_kv_cache_layout", args=(layout.name,))
     return layout.name
+
+
+def _takes_interleave() -> bool:
+    """Whether the installed workers' `set_kv_cache_layout` takes the interleave size EngineCore passes with it."""
+    import inspect
+
+    from vllm.v1.worker.worker_base import WorkerBase
+
+    return "cp_kv_cache_interleave_size" in inspect.signature(WorkerBase.set_kv_cache_layout).parameters
 
 
 EXTENSIBLE_STEP = "extensible-kv-cache-step"

@@ -4,8 +4,9 @@ From vLLM 0.34 the x86 CPU worker builds the Triton V2 runner and refuses to sta
 model runner requires Triton", vllm/v1/worker/gpu_worker.py), which only GitHub serves; vLLM's own standalone
 no-Triton V2 CPU runner (vllm/v1/worker/cpu/standalone_model_runner.py) is selected only on other CPUs
 (`CpuPlatform.uses_standalone_cpu_model_runner`). An env that cannot have triton-cpu sets
-`HARNESS_CPU_RUNNER=standalone`; this plugin then activates a CPU platform whose only difference is that it
-selects the standalone runner whenever Triton is absent, on x86 too. Unset, the plugin declines and vLLM chooses
+`HARNESS_CPU_RUNNER=standalone`; this plugin then activates a CPU platform that differs in two places: it
+selects the standalone runner whenever Triton is absent, on x86 too, and its config check skips the refusal of x86
+without Triton (which guards the Triton runner it no longer builds). Unset, the plugin declines and vLLM chooses
 its platform as always. Every report of such a run says so (`harness.versions.runtime`): it observed vLLM's
 standalone CPU runner, not the x86 Triton runner users of a vLLM CPU wheel get.
 
@@ -50,6 +51,21 @@ def __getattr__(name: str):
             from vllm.triton_utils import HAS_TRITON
 
             return not HAS_TRITON
+
+        @classmethod
+        def check_and_update_config(cls, vllm_config) -> None:
+            """vLLM's own, but for its refusal of x86 without Triton ("vLLM on x86 CPUs requires Triton"), which
+            guards the Triton runner this platform does not build: Triton reads as present for that one check,
+            and only while it runs."""
+            import vllm.triton_utils as triton_utils
+
+            if triton_utils.HAS_TRITON:
+                return super().check_and_update_config(vllm_config)
+            triton_utils.HAS_TRITON = True
+            try:
+                return super().check_and_update_config(vllm_config)
+            finally:
+                triton_utils.HAS_TRITON = False
 
     globals()[name] = StandaloneRunnerCpuPlatform
     return StandaloneRunnerCpuPlatform

@@ -114,6 +114,13 @@ def cuda_home() -> Path | None:
     return None
 
 
+def nvcc_version(cuda: Path) -> str:
+    """The toolkit's release as nvcc prints it ("13.0"), never its path (reports hold no machine paths)."""
+    out = subprocess.run([str(cuda / "bin" / "nvcc"), "--version"], capture_output=True, text=True).stdout
+    found = re.search(r"release ([\d.]+)", out)
+    return f"CUDA {found.group(1)}" if found else "CUDA (version unread)"
+
+
 def check_prerequisites(rec: Recipe) -> None:
     gcc = gcc_version()
     if gcc is None:
@@ -141,7 +148,7 @@ def onednn_source(rec: Recipe, work: Path) -> tuple[Path | None, str]:
         if not found or not f"v{found.group(1)}".startswith(tag):
             raise BuildRefused(f"HARNESS_ONEDNN_SRC={src} is oneDNN {found.group(1) if found else '?'}, "
                                f"the recipe wants {tag}")
-        return src, f"source tree {src} (oneDNN {found.group(1)})"
+        return src, f"a source tree given by HARNESS_ONEDNN_SRC (oneDNN {found.group(1)})"
     git = ["git", f"--git-dir={src / '.git' if (src / '.git').exists() else src}"]
     if subprocess.run([*git, "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True).returncode:
         raise BuildRefused(f"HARNESS_ONEDNN_SRC={src} is neither a oneDNN source tree nor a git repository "
@@ -154,7 +161,7 @@ def onednn_source(rec: Recipe, work: Path) -> tuple[Path | None, str]:
         archive = subprocess.run([*git, "archive", commit], capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
         tmp.rename(out)
-    return out, f"git {src} at {tag} = {commit}"
+    return out, f"exported from a git repository given by HARNESS_ONEDNN_SRC at {tag} = {commit}"
 
 
 # -- the build -----------------------------------------------------------------------------------------------
@@ -180,13 +187,17 @@ def unpack(rec: Recipe, sdist: Path, work: Path) -> Path:
     longer makes an edit the tree has."""
     tree = work / "src" / f"vllm-{rec.version}"
     marker = work / "src" / f".extracted-{rec.data['sdist_sha256'][:16]}"
-    wanted = [e.get("name", e["file"]) for e in rec.edits]
+    wanted = [f"{e.get('name', e['file'])}:{hashlib.sha256((e['old'] + e['new']).encode()).hexdigest()[:12]}"
+              for e in rec.edits]
     applied = json.loads(marker.read_text() or "[]") if marker.is_file() else None
     if applied is None or not set(applied) <= set(wanted):  # new, or an edit the recipe no longer makes: afresh
-        shutil.rmtree(tree, ignore_errors=True)
+        kept = _set_aside(tree, work)  # the compiled objects survive: files keep the sdist's times, so only
+        shutil.rmtree(tree, ignore_errors=True)  # what the edits touch is rebuilt
         marker.unlink(missing_ok=True)
         with tarfile.open(sdist) as tar:
             tar.extractall(work / "src", filter="data")
+        for name, path in kept:
+            path.rename(tree / name)
     for edit in rec.edits:
         path = tree / edit["file"]
         text = path.read_text()
@@ -196,6 +207,20 @@ def unpack(rec: Recipe, sdist: Path, work: Path) -> Path:
             raise BuildRefused(f"edit of {edit['file']} does not apply: {edit['old']!r} is not found once")
     marker.write_text(json.dumps(wanted))
     return tree
+
+
+BUILD_DIRS = ("build", ".deps")  # setuptools' build folder and CMake's FetchContent folder, inside the tree
+
+
+def _set_aside(tree: Path, work: Path) -> list[tuple[str, Path]]:
+    kept = []
+    for name in BUILD_DIRS:
+        if (tree / name).is_dir():
+            aside = work / f".kept-{name.strip('.')}"
+            shutil.rmtree(aside, ignore_errors=True)
+            (tree / name).rename(aside)
+            kept.append((name, aside))
+    return kept
 
 
 def build_venv(rec: Recipe, tree: Path, work: Path) -> Path:
@@ -243,6 +268,7 @@ def build(rec: Recipe, work: Path, jobs: int = 2) -> Path:
     dist = work / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     log = work / "build.log"
+    incremental = (tree / "build").is_dir()  # an earlier compile in this work folder: only what changed is rebuilt
     started = time.monotonic()
     with log.open("w") as out:
         done = subprocess.run([str(python), "-m", "build", "--wheel", "--no-isolation", "-o", str(dist), "."],
@@ -256,11 +282,11 @@ def build(rec: Recipe, work: Path, jobs: int = 2) -> Path:
     provenance = {
         "version": rec.version, "key": rec.key(), "sdist": sdist.name, "sdist_sha256": rec.data["sdist_sha256"],
         "onednn": onednn_how, "onednn_tag": rec.data["onednn_tag"], "onednn_commit": rec.data["onednn_commit"],
-        "gcc": gcc_version(), "torch": torch_built, "cuda_toolkit": str(cuda), "machine": platform.machine(),
+        "gcc": gcc_version(), "torch": torch_built, "cuda_toolkit": nvcc_version(cuda), "machine": platform.machine(),
         "python": platform.python_version(), "env": rec.data.get("env", {}), "jobs": jobs,
         "edits": rec.edits, "runtime": rec.data.get("runtime"), "runtime_why": rec.data.get("runtime_why"),
         "wheel": wheels[0].name, "wheel_sha256": hashlib.sha256(wheels[0].read_bytes()).hexdigest(),
-        "build_wall_s": round(wall, 1), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "build_wall_s": round(wall, 1), "incremental": incremental, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     folder = cache_root() / f"vllm-{rec.version}-cpu-{rec.key()}"
     tmp = folder.with_name(folder.name + ".part")

@@ -57,8 +57,8 @@ def _entries(tree: ast.Module, rel: str) -> list[dict]:
     contract = _contract_of(rel)
     found: list[dict] = []
 
-    def add(kind: str, name: str, where: str) -> None:
-        found.append({"kind": kind, "name": name, "contract": contract, "site": f"{rel}:{where}"})
+    def add(kind: str, name: str, where: str, **extra) -> None:
+        found.append({"kind": kind, "name": name, "contract": contract, "site": f"{rel}:{where}", **extra})
 
     def visit(node, where: str) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -82,7 +82,7 @@ def _entries(tree: ast.Module, rel: str) -> list[dict]:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "collective_rpc":
             first = node.args[0] if node.args else None
             if isinstance(first, ast.Constant) and isinstance(first.value, str) and not first.value.startswith("_"):
-                add("rpc", first.value, where)
+                add("rpc", first.value, where, args=_positional(node))
         elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
               and node.value.attr == "model_runner"):
             add("runner", node.attr, where)
@@ -93,13 +93,30 @@ def _entries(tree: ast.Module, rel: str) -> list[dict]:
     return found
 
 
+def _positional(call: ast.Call) -> int | None:
+    """How many positional arguments a `collective_rpc(name, args=(...))` call sends (None: not a literal tuple)."""
+    args = next((k.value for k in call.keywords if k.arg == "args"), call.args[2] if len(call.args) > 2 else None)
+    if args is None:
+        return 0
+    if isinstance(args, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in args.elts):
+        return len(args.elts)
+    return None
+
+
 def derive(root: Path = REPO_ROOT) -> dict:
-    """The surface as the code shows it now (sorted, one entry per kind, name and site)."""
+    """The surface as the code shows it now (sorted, one entry per kind, name and site; an RPC sent with several
+    argument counts at one site keeps the largest, which is what the worker's method must accept)."""
     entries: list[dict] = []
     for f in _files(root):
         rel = f.relative_to(root).as_posix()
         entries += _entries(ast.parse(f.read_text()), rel)
-    unique = {(e["kind"], e["name"], e["site"]): e for e in entries}
+    unique: dict = {}
+    for e in entries:
+        key = (e["kind"], e["name"], e["site"])
+        if key in unique and "args" in e:
+            sent = [n for n in (unique[key].get("args"), e["args"]) if n is not None]
+            e = {**e, "args": max(sent) if len(sent) == 2 else None}
+        unique[key] = e
     return {"generated_by": "harness.gate.shim_surface.derive", "sources": list(SOURCES),
             "entries": [unique[k] for k in sorted(unique)]}
 
@@ -116,6 +133,19 @@ def load(path: Path = FIXTURE) -> list[dict]:
 
 
 # -- the gate's reading of one version ----------------------------------------------------------------------
+def _required_positional(root: Path, where: str) -> int | None:
+    """The positional parameters without a default of the method defined at `where` ("file:line"), self left out."""
+    from harness.gate.tree import _parse
+
+    rel, _, line = where.rpartition(":")
+    node = next((n for n in ast.walk(_parse(str(root / rel))) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.lineno == int(line)), None)
+    if node is None:
+        return None
+    positional = [*node.args.posonlyargs, *node.args.args][1:]
+    return len(positional) - len(node.args.defaults)
+
+
 def engine_calls(tree) -> set[str]:
     """The executor methods EngineCore's KV-cache set-up calls in this version (empty where it is not read)."""
     from harness.gate import engine_setup
@@ -167,6 +197,13 @@ def facts(tree, entries: list[dict]) -> list[Fact]:
                 out.append(Fact(contract, symbol, "shim-rpc", "absent, and EngineCore's set-up never calls it: the "
                                 "feature the shim serves is not in this vLLM (the shim is selected only where it is)",
                                 True, evidence=f"{absent[0].file}:{absent[0].line}", site=site))
+                continue
+            required = _required_positional(root, having[0].attributes[name]) if having else None
+            if not absent and required is not None and e.get("args") is not None and required > e["args"]:
+                out.append(Fact(contract, symbol, "shim-rpc", f"takes {required} positional argument(s), the shim "
+                                f"sends {e['args']}", False, KIND, evidence=having[0].attributes[name], site=site,
+                                detail={"why": f"shim no longer applies: {site} calls {symbol} with {e['args']} "
+                                               f"argument(s) and this version's method requires {required}"}))
                 continue
             out.append(Fact(contract, symbol, "shim-rpc",
                             "defined" if not absent else f"absent from {', '.join(runners.describe(c) for c in absent)}",

@@ -266,7 +266,9 @@ def build_lines(rep: dict) -> list[str]:
         lines.append(f"**Built from source by the harness** (no CPU wheel of this release exists): {b['sdist']} "
                      f"(sha256 {b['sdist_sha256'][:16]}…), oneDNN {b['onednn_tag']} ({b['onednn']}), gcc {b['gcc']}, "
                      f"torch {b['torch']}, flags {b.get('env')}; edits to the sdist: {edits}. Wheel "
-                     f"{b['wheel']} (sha256 {b['wheel_sha256'][:16]}…), built {b['built_at']} in {b['build_wall_s']:.0f} s.")
+                     f"{b['wheel']} (sha256 {b['wheel_sha256'][:16]}…), built {b['built_at']}"
+                     + (f" in {b['build_wall_s']:.0f} s." if b.get("incremental") is False else
+                        " (an incremental build over an earlier compile of the same sdist)."))
     if runtime:
         lines.append(f"**Runner:** {runtime}. Contracts that read the model runner describe that runner only.")
     elif b and b.get("runtime_why"):
