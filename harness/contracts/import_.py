@@ -44,11 +44,16 @@ def apply_import() -> bool:
 
 
 #: Run in a fresh interpreter: whether the shim is needed there (before anything imports torch into
-#: transformers' module), then speculators' import, with or without the shim; one JSON line on stdout.
+#: transformers' module), then speculators' import, with or without this shim (the other contracts' IMPORT shims,
+#: such as C-kvhelpers' aliases of helpers vLLM moved, always on, as in a real run); one JSON line on stdout.
 _CHILD = """
 import json
+from harness import contracts
+from harness.contracts.base import Attach
 from harness.contracts.import_ import apply_import, needed
 out = {"needed": needed()}
+for _, other in contracts.selected(Attach.IMPORT, {"import"}):  # other contracts' import-time shims (moved helpers)
+    other.fn()
 if WITH_SHIM:
     apply_import()
 try:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
+
+from harness.paths import REPO_ROOT
 
 SCHEMA = "harness-env-report/2"
 #: Schema 1 keyed the per-model contract rows by architecture family (`embed[llama]`); schema 2 keys them by
@@ -265,7 +268,8 @@ def build_lines(rep: dict) -> list[str]:
         edits = "; ".join(f"{e['file']}: {e['why']}" for e in b.get("edits", [])) or "none"
         lines.append(f"**Built from source by the harness** (no CPU wheel of this release exists): {b['sdist']} "
                      f"(sha256 {b['sdist_sha256'][:16]}…), oneDNN {b['onednn_tag']} ({b['onednn']}), gcc {b['gcc']}, "
-                     f"torch {b['torch']}, flags {b.get('env')}; edits to the sdist: {edits}. Wheel "
+                     f"torch {b['torch']}, build environment {', '.join(f'{k}={v}' for k, v in (b.get('env') or {}).items())}; "
+                     f"edits to the sdist: {edits}. Wheel "
                      f"{b['wheel']} (sha256 {b['wheel_sha256'][:16]}…), built {b['built_at']}"
                      + (f" in {b['build_wall_s']:.0f} s." if b.get("incremental") is False else
                         " (an incremental build over an earlier compile of the same sdist)."))
@@ -276,10 +280,27 @@ def build_lines(rep: dict) -> list[str]:
     return lines + [""] if lines else []
 
 
+#: An installed file's machine-specific prefix (".../site-packages/"), as Python's messages quote it.
+SITE_PREFIX = re.compile(r"/[^\s'\"()]*?/site-packages/")
+
+
+def unmachined(value):
+    """`value` with this machine's paths made relative (the checkout, site-packages): reports are committed and
+    compared across machines."""
+    if isinstance(value, str):
+        return SITE_PREFIX.sub("", value.replace(f"{REPO_ROOT}/", ""))
+    if isinstance(value, dict):
+        return {k: unmachined(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unmachined(v) for v in value]
+    return value
+
+
 def write(rep: dict, directory: Path, name: str | None = None) -> tuple[Path, Path]:
     directory = Path(directory)
     name = name or rep["env"]
     j, m = directory / f"{name}.json", directory / f"{name}.md"
+    rep = unmachined(rep)
     write_atomic(j, json.dumps(rep, indent=2, sort_keys=False, default=str) + "\n")
     write_atomic(m, markdown(rep))
     return j, m
