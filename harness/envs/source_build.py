@@ -325,8 +325,7 @@ def installed_provenance() -> dict | None:
 
 # -- the command ---------------------------------------------------------------------------------------------
 def cmd_build_vllm(args) -> int:
-    from harness.cli import _fail
-
+    """The command (added to `harness`'s parser by `add_parser`): a refusal or a failed build is one line, exit 2."""
     try:
         rec = recipe(args.version)
         wheel = None if args.rebuild else cached(rec)
@@ -339,7 +338,8 @@ def cmd_build_vllm(args) -> int:
             override = FIXTURES / "envs" / f"vllm-{rec.version}.override.txt"
             install(wheel, args.install, override if override.is_file() else None)
     except (BuildRefused, BuildFailed) as e:
-        return _fail(f"build-vllm: {e}")
+        print(f"harness: build-vllm: {e}", file=sys.stderr)
+        return 2
     print(f"harness build-vllm: {wheel}" + (f" installed into {args.install}" if args.install else ""))
     return 0
 
