@@ -288,7 +288,7 @@ def unmachined(value):
     """`value` with this machine's paths made relative (the checkout, site-packages): reports are committed and
     compared across machines."""
     if isinstance(value, str):
-        return SITE_PREFIX.sub("", value.replace(f"{REPO_ROOT}/", ""))
+        return SITE_PREFIX.sub("", value).replace(f"{REPO_ROOT}/", "")  # site-packages first: it may lie inside
     if isinstance(value, dict):
         return {k: unmachined(v) for k, v in value.items()}
     if isinstance(value, list):

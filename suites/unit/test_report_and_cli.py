@@ -54,3 +54,12 @@ def test_error_texts_and_gpu_config_carry_no_machine_paths():
             "1 0.1 0.2 vllm/v1/executor/multiproc_executor.py:339(collective_rpc)")
     finally:
         sys.path.remove("/tmp/site")
+
+
+def test_reports_hold_no_machine_paths_even_when_site_packages_lies_in_the_checkout():
+    from harness.paths import REPO_ROOT
+    from harness.reporting.report import unmachined
+
+    error = f"cannot import name 'x' from 'vllm.a' ({REPO_ROOT}/.tox/e/lib/python3.11/site-packages/vllm/a.py)"
+    assert unmachined({"e": [error]}) == {"e": ["cannot import name 'x' from 'vllm.a' (vllm/a.py)"]}
+    assert unmachined(f"see {REPO_ROOT}/reports/x.md") == "see reports/x.md"
