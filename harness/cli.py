@@ -181,17 +181,14 @@ def cmd_gpu_nightly(args) -> int:
 
 def cmd_matrix(args) -> int:
     """Merge reports/vllm*.json into reports/matrix.{json,md,html}."""
-    from harness.reporting import matrix_page
+    from harness.reporting import client_axis, matrix_page
 
     folder = Path(args.report_dir)
     if not folder.is_dir() or not any(folder.glob("vllm*.json")):
         return _fail(f"matrix: {folder} holds no env reports (vllm*.json): nothing to merge, nothing written")
     m = matrix_page.write(folder)
     if folder.resolve() == (REPO_ROOT / "reports").resolve():  # the committed matrix: the README's answer follows
-        from harness.reporting import client_axis
-
-        readme = REPO_ROOT / "README.md"
-        readme.write_text(client_axis.with_answer(readme.read_text(), m))
+        client_axis.rewrite_readme(REPO_ROOT / "README.md", m)
     bad = [c["version"] for c in m["columns"] if c["status"] == "fail"]
     partial = [c["version"] for c in m["columns"] if c["status"] == "incomplete"]
     print(f"harness: matrix of {len(m['rows'])} rows x {len(m['columns'])} versions written to {args.report_dir}"

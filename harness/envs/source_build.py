@@ -14,6 +14,7 @@ Refusals (a missing compiler, header, CUDA toolkit or oneDNN tree, an edit that 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -91,6 +92,7 @@ def cache_root() -> Path:
     return Path(uv) / "harness-builds"
 
 
+@functools.lru_cache(maxsize=1)
 def gcc_version() -> str | None:
     try:
         return subprocess.run(["gcc", "-dumpfullversion"], capture_output=True, text=True, check=True).stdout.strip()

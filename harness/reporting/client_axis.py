@@ -151,3 +151,8 @@ def with_answer(readme: str, m: dict) -> str:
     if start < 0 or end < start:
         return readme
     return readme[:start] + answer_table(m) + readme[end + len(ANSWER_END):]
+
+
+def rewrite_readme(path, m: dict) -> None:
+    """Regenerate the answer block of the README at `path` from the merged matrix `m`."""
+    path.write_text(with_answer(path.read_text(), m))

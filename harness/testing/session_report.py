@@ -232,10 +232,10 @@ def pytest_sessionfinish(session, exitstatus):
     j, m = write_report(rep, Path(config.getoption("--harness-report-dir")))
     if observe_only() and rep["contracts"]:
         from harness.reporting.expectations import draft
-        from harness.reporting.report import write_atomic
+        from harness.reporting.report import unmachined, write_atomic
 
         drafted = j.with_name(f"{rep['env']}.expectations-draft.toml")
-        write_atomic(drafted, draft(rep))
+        write_atomic(drafted, draft(unmachined(rep)))  # the same text as the written report: no machine paths
         rep["draft"] = str(drafted)
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr:
