@@ -1,5 +1,5 @@
 """C-chunkedprefill: every prompt of a batch comes back complete and its rows are its own (in request order),
-whatever the batch's size and the lengths of its prompts.
+whatever the batch's size, the lengths of its prompts and the number of batches before it.
 
 speculators 0.3.0 finishes every request it saw scheduled after one `schedule()` step and slices the captured rows
 in the order it added the requests. Real batches (40 prompts of 300 tokens, 5 of 2,000) break both:
@@ -9,10 +9,16 @@ in the order it added the requests. Real batches (40 prompts of 300 tokens, 5 of
   with it off (0.11), waiting prompts are scheduled last-in first-out: every count matches, but prompts get
   other prompts' rows, silently;
 * the V2 runners vLLM 0.34 builds sort each step's requests by scheduled token count, so prompts of unequal
-  lengths are captured out of order even within one step.
+  lengths are captured out of order even within one step;
+* speculators' loop ends at the first `schedule()` that schedules nothing and never executes it, and that output
+  carries the batch's finished requests. V1 runners drop requests that are not scheduled; the V2 runners hold a
+  slot per request until its finish reaches them, so after `max_num_seqs` (32) requests over all calls the next
+  step fails ("No free indices", vllm/v1/worker/cpu/states.py, the GPU runner's likewise).
 
 Shim, two halves. Driver: speculators' scheduler finishes only requests whose prefill is done (a request
-mid-prefill stays running for its next chunk) and records the order requests were added in. Worker: each
+mid-prefill stays running for its next chunk), records the order requests were added in, and keeps the finished
+ids of an output that speculators does not execute for the next step that runs (as EngineCore, which never
+schedules without work). Worker: each
 forward's requests in the order the runner captured their rows (`step_order`: a V1 runner's persistent batch, or
 the batch a V2 runner builds per step in `prepare_inputs`). The driver announces the batch's order and prompt
 lengths (`set_arrivals`); each forward's rows go straight to their place in the hand-off (`rows_placement`) or
@@ -25,19 +31,24 @@ from __future__ import annotations
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 from harness.gate.facts import Fact
+from harness.runtime.batch_checks import PROMPT_TOKENS, each_own, in_order, repeated_calls, straddling_batch, unequal_batch
 from harness.runtime.row_order import BATCH_ATTRIBUTE, STEP_BATCH_METHOD, record_step_batches, request_ranges, step_order
 
 #: The attribute on speculators' scheduler that holds the guard (tests and the probe switch it).
 GUARD = "_harness_prefill_guard"
-PROMPT_TOKENS = 300
 
 
 class PrefillGuard:
-    """Wraps one scheduler's `finish_requests`: requests mid-prefill are kept running (when `enabled`)."""
+    """Wraps one scheduler's `finish_requests` (requests mid-prefill are kept running, when `enabled`) and its
+    `schedule` (finished requests reach the runner, when `release`)."""
 
     def __init__(self, scheduler):
         self.scheduler = scheduler
         self.enabled = True
+        self.release = True
+        self.carried = 0  # finished request ids carried over from an output speculators does not execute
+        self.dropped: set[str] = set()  # ids such outputs lost while `release` was off (what speculators alone does)
+        self._schedule = scheduler.schedule
         self.kept = 0  # finish calls held back for a request mid-prefill (the shim engaged)
         self.cut = 0  # requests finished mid-prefill while the guard was off (what speculators alone does)
         self.arrivals: list[str] = []  # request ids in the order speculators added them (since the last take)
@@ -60,6 +71,32 @@ class PrefillGuard:
         req = self.scheduler.requests.get(request_id)
         return req is not None and req.num_computed_tokens < req.num_prompt_tokens
 
+    def schedule(self):
+        """speculators stops at the first `schedule()` that schedules no tokens, and never executes it; that output
+        carries the requests it finished in the batch's last step (the scheduler hands finished ids out once), so
+        they never reach the runner. EngineCore never schedules without work: the ids wait for the next step that
+        runs. Do the same: put them back, so the next batch's first step releases them in the runner."""
+        out = self._schedule()
+        finished = set(getattr(out, "finished_req_ids", None) or ())
+        if out.total_num_scheduled_tokens == 0 and finished:
+            if self.release:
+                self.scheduler.finished_req_ids |= finished
+                self.carried += len(finished)
+            else:
+                self.dropped |= finished
+        return out
+
+    def recover(self) -> None:
+        """After a run with `release` off: abort what a failed step left scheduled and hand the runner every id
+        it missed, so that the next step frees their slots (the probe shares its generator with the suite)."""
+        left = list(self.scheduler.requests)
+        if left:
+            from vllm.v1.request import RequestStatus
+
+            self._finish(left, RequestStatus.FINISHED_ABORTED)
+        self.scheduler.finished_req_ids |= self.dropped
+        self.dropped = set()
+
     def finish_requests(self, request_ids, finished_status) -> None:
         ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
         mid = [i for i in ids if self.mid_prefill(i)]
@@ -81,6 +118,7 @@ def apply(ns: dict, current, state=None) -> None:
         guard = PrefillGuard(sched)
         sched.finish_requests = guard.finish_requests
         sched.add_request = guard.add_request
+        sched.schedule = guard.schedule
         setattr(sched, GUARD, guard)
         if state is not None:
             state.per_contract[CONTRACT.id] = guard
@@ -192,25 +230,13 @@ def reordered(worker) -> int:
     return getattr(worker, "_harness_reorder_count", 0)
 
 
-def straddling_batch(budget: int, vocab: int) -> list[list[int]]:
-    """Prompts of PROMPT_TOKENS tokens, one step's budget in all plus two prompts, so that a prompt boundary
-    does not line up with the step boundary (300 does not divide 8192)."""
-    n = budget // PROMPT_TOKENS + 2
-    return [[(7 * i + 3 * j) % (vocab - 4) + 4 for j in range(PROMPT_TOKENS)] for i in range(n)]
-
-
-def unequal_batch(vocab: int, lengths=(48, 40, 32, 24, 16, 8)) -> list[list[int]]:
-    """Prompts of falling lengths, one step in all: a runner that sorts a step's requests by token count (V2)
-    captures them in the reverse of the order they were added."""
-    return [[(5 * i + 11 * j) % (vocab - 4) + 4 for j in range(n)] for i, n in enumerate(lengths)]
-
-
 def proof_run(gen) -> None:
-    """The shim proof's run: a batch that straddles the generator's step budget, and one step of unequal prompts,
-    rows checked for order."""
+    """The shim proof's run: a batch that straddles the generator's step budget, one step of unequal prompts (rows
+    checked for order), and calls of short batches past the scheduler's `max_num_seqs` requests in all."""
     sc = gen.vllm_config.scheduler_config
     in_order(gen, straddling_batch(int(sc.max_num_batched_tokens), gen.vocab_size))
     each_own(gen, unequal_batch(gen.vocab_size))
+    repeated_calls(gen, int(sc.max_num_seqs))
 
 
 def chunked(scheduler_config) -> bool:
@@ -229,31 +255,6 @@ def cause(scheduler_config, prompt_lengths: list[int]) -> str | None:
         return (f"a prompt was split across scheduler steps (chunked prefill on, max_num_batched_tokens={budget}, "
                 f"batch of {sum(prompt_lengths)} tokens) and speculators finished it after its first chunk")
     return None
-
-
-ORDER_TOL = 1e-4  # a prompt's rows in the batch vs alone: batch shapes change the blocking, not the values
-
-
-def in_order(gen, batch: list[list[int]], tail: int = 5) -> None:
-    """Extract `batch`; the last prompts' rows must be their own: equal to those prompts extracted on their own
-    (rows of another request, or shifted rows, differ by ~1)."""
-    results = gen.generate(batch)
-    alone = gen.generate(batch[-tail:])
-    worst = max(float((a - b).abs().max()) for ra, rb in zip(alone, results[-tail:])
-                for a, b in zip(ra["hidden_states"], rb["hidden_states"]))
-    if worst > ORDER_TOL:
-        raise AssertionError(f"rows are not in request order: the last {tail} prompts differ from themselves "
-                             f"extracted alone by {worst:.3g}")
-
-
-def each_own(gen, batch: list[list[int]]) -> None:
-    """Extract `batch`; every prompt's rows must equal that prompt extracted on its own."""
-    results = gen.generate(batch)
-    worst = max(float((a - b).abs().max()) for prompt, got in zip(batch, results)
-                for a, b in zip(gen.generate([prompt])[0]["hidden_states"], got["hidden_states"]))
-    if worst > ORDER_TOL:
-        raise AssertionError(f"rows are not in request order: a step of {len(batch)} prompts of unequal lengths "
-                             f"differs from the prompts extracted alone by {worst:.3g}")
 
 
 def probe(ctx) -> Observation:
@@ -275,15 +276,25 @@ def probe(ctx) -> Observation:
         one_step, _ = Attempt.run(lambda: each_own(gen, unequal))
     finally:
         guard.enabled = True
+    carried_before, guard.release = guard.carried, False
+    try:
+        repeated, _ = Attempt.run(lambda: repeated_calls(gen, facts["max_num_seqs"]))
+    finally:
+        guard.release = True
+        facts["finished_ids_lost_unshimmed"] = len(guard.dropped)
+        guard.recover()
     facts["finished_mid_prefill_unshimmed"] = guard.cut - cut_before
     facts["unequal_step_unshimmed"] = one_step.text
-    unshimmed = straddling if not straddling.ok else one_step
+    facts["repeated_calls_unshimmed"] = repeated.text
+    unshimmed = next((a for a in (straddling, one_step, repeated) if not a.ok), straddling)
     shimmed = None
     if not unshimmed.ok:
-        shimmed, _ = Attempt.run(lambda: (in_order(gen, batch), each_own(gen, unequal)))
+        shimmed, _ = Attempt.run(lambda: (in_order(gen, batch), each_own(gen, unequal),
+                                          repeated_calls(gen, facts["max_num_seqs"])))
         facts["kept_running_shimmed"] = guard.kept - kept_before
         facts["regrouped_shimmed"] = regrouped() - regrouped_before
-    facts["shim_selected"] = guard.kept - kept_before > 0 or regrouped() - regrouped_before > 0
+        facts["finished_ids_carried_shimmed"] = guard.carried - carried_before
+    facts["shim_selected"] = guard.kept - kept_before > 0 or regrouped() - regrouped_before > 0 or not repeated.ok
     return Observation(CONTRACT, unshimmed, shimmed, facts)
 
 
@@ -339,7 +350,8 @@ def runner_facts(tree, used, follower) -> list[Fact]:
 CONTRACT = Contract(
     id="chunkedprefill",
     assumes="a batch larger than one scheduler step comes back complete, each prompt's rows its own",
-    failures=(r"split across scheduler steps", r"came back with \[.*\] rows per layer", r"not in request order"),
+    failures=(r"split across scheduler steps", r"came back with \[.*\] rows per layer", r"not in request order",
+              r"No free indices"),
     shims=(Shim(Attach.GENERATOR, apply), Shim(Attach.BATCH_START, announce_order), Shim(Attach.WORKER, apply_worker),
            Shim(Attach.WORKER_STATES, in_request_order), Shim(Attach.WORKER_ROWS, rows_placement),
            Shim(Attach.WORKER_RESET, reset)),
@@ -359,5 +371,7 @@ CONTRACT = Contract(
               'V1 model runner (vllm/v1/worker/gpu_model_runner.py, cpu_model_runner.py, gpu_input_batch.py): the '
               'workers build the V2 runner (vllm/v1/worker/gpu/model_runner.py; vLLM #25266 added it, #41286 tracks the migration), which builds an '
               'InputBatch per step and sorts a step\'s requests by scheduled token count (sort_batch_req_ids); the worker '
-              'shim reads that step batch instead (record_step_batches)'),
+              'shim reads that step batch instead (record_step_batches). The V2 runners free a request\'s slot only when its id '
+              'arrives in finished_req_ids (CPURequestState.remove_request; V1 runners removed unscheduled requests '
+              'from the persistent batch every step), hence the carried finished ids'),
 )
