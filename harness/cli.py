@@ -51,10 +51,15 @@ def cmd_run(args) -> int:
     """The conformance run for the installed vLLM: contracts, shim proofs, e2e, bad input; writes reports/<env>.*."""
     from harness import versions
 
+    from harness.envs.tox_envs import env_refusal
+
     try:
         versions.vllm_distribution()
     except versions.VllmNotInstalled as e:
         return _fail(str(e))
+    elsewhere = any(a.startswith("--harness-report-dir") for a in args.pytest_args)  # reports/ is shared: held
+    if not elsewhere and (refusal := env_refusal(args.env, versions.vllm_version())):
+        return _fail(refusal)
     from harness import fdio
     from harness.testing.recording import observe_only
 
@@ -101,22 +106,10 @@ def cmd_run(args) -> int:
 
     rep = COLLECTOR.last_report
     if rep is not None and rep["status"] == "observed":
+        from harness.reporting.report import observed_summary
+
         print(observed_summary(rep))
     return exit_code(rc, rep)
-
-
-def observed_summary(rep: dict) -> str:
-    """What an observed run saw, per contract and per model, and where its draft expectations are."""
-    lines = [f"harness: vLLM {rep['versions']['vllm']} observed (not held to expectations):"]
-    lines += [f"  {c['contract']:28s} {c['outcome']:8s} {c['reason'][:90]}" for c in rep["contracts"]]
-    by_model: dict[str, set] = {}
-    for e in rep.get("e2e", []):
-        by_model.setdefault(e["model"], set()).add(e["result"])
-    lines += [f"  e2e {m:24s} " + ("pass" if r - {"n/a", "measured"} <= {"pass"} else "FAIL")
-              for m, r in sorted(by_model.items())]
-    if rep.get("draft"):
-        lines.append(f"harness: draft expectations for review: {rep['draft']}")
-    return "\n".join(lines)
 
 
 INCOMPLETE = 3

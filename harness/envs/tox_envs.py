@@ -65,3 +65,27 @@ def render_tox_ini(text: str, matrix_file: Path | None = None) -> str:
         raise ValueError("tox.ini has no single `matrix = ...` label line under [tox] labels")
     lines[at[0]] = label
     return "\n".join(lines)
+
+
+def env_name_for(version: str) -> str:
+    """The env name a vLLM version gets (`vllm` + its release digits, a trailing .0 dropped: 0.16.0 -> vllm016,
+    0.17.1 -> vllm0171), as matrix.toml names its envs and a version outside it is run under."""
+    release = list(Version(version).release)
+    while len(release) > 2 and release[-1] == 0:
+        release.pop()
+    return "vllm" + "".join(str(p) for p in release)
+
+
+def env_refusal(name: str, installed: str) -> str | None:
+    """Why `harness run --env <name>` must not run on the installed vLLM (None: it may): a report is named by its
+    env, so a name that is not the installed version's (or `local`) would file this vLLM's results under another
+    build, or under a name nothing reads."""
+    known = {v["env"]: ver for ver, v in versions().items()}
+    if name == "local" or name == env_name_for(installed):
+        return None
+    if name in known and Version(known[name]).public == Version(installed).public:
+        return None
+    if name in known:
+        return f"--env {name} is vLLM {known[name]}'s env, but vLLM {installed} is installed here"
+    return (f"--env {name} is no env of fixtures/envs/matrix.toml; for the installed vLLM {installed} use "
+            f"--env {env_name_for(installed)} (or local)")

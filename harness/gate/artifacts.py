@@ -67,6 +67,8 @@ def parse(raw: str) -> Spec:
         if kind is None:
             raise VersionNotFound(f"{raw!r} is neither a wheel (.whl), an sdist (.tar.gz, .zip) nor a source folder")
         return Spec(raw, kind, _file_version(path.name, kind), str(path))
+    if "/" in text or text.startswith((".", "~")):
+        raise VersionNotFound(f"{raw!r}: no such file or folder")
     return Spec(raw, "version", sources.normalize(text))
 
 

@@ -86,6 +86,7 @@ def bisect(contract: str, a: str | None = None, b: str | None = None, cache_dir=
 
     fixture = fixture or used_surface.fixture_path("0.3.0")
     a = sources.normalize(a or WRITTEN_FOR)
+    b = sources.normalize(b) if b else None  # refuses what is not a version, before the index is read
     listed = releases_between(a, b or "9999")
     b = sources.normalize(b) if b else listed[-1]
     releases = [v for v in listed if Version(v) <= Version(b)]

@@ -213,9 +213,21 @@ def _checked_input(args) -> tuple:
         target = Path(value)
         parent = target.parent if str(target.parent) else Path(".")
         if target.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK) or (
-                target.exists() and not os.access(target, os.W_OK)):
+                target.exists() and not os.access(target, os.W_OK)) or not _can_create_in(parent):
             raise InputRefused(f"{flag} {value}: cannot write there (no such folder, not writable, or a folder)")
     return old, new, checkpoint
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether a file can be made in `folder` (tried, then removed): permission bits do not tell for root, nor
+    for pseudo file systems such as /proc, and the refusal must come before the gate runs, not after."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".harness-gate-", suffix=".probe"):
+            return True
+    except OSError:
+        return False
 
 
 def _side_label(got, label: str) -> str:

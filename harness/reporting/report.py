@@ -304,3 +304,17 @@ def write(rep: dict, directory: Path, name: str | None = None) -> tuple[Path, Pa
     write_atomic(j, json.dumps(rep, indent=2, sort_keys=False, default=str) + "\n")
     write_atomic(m, markdown(rep))
     return j, m
+
+
+def observed_summary(rep: dict) -> str:
+    """What an observed run saw, per contract and per model, and where its draft expectations are."""
+    lines = [f"harness: vLLM {rep['versions']['vllm']} observed (not held to expectations):"]
+    lines += [f"  {c['contract']:28s} {c['outcome']:8s} {c['reason'][:90]}" for c in rep["contracts"]]
+    by_model: dict[str, set] = {}
+    for e in rep.get("e2e", []):
+        by_model.setdefault(e["model"], set()).add(e["result"])
+    lines += [f"  e2e {m:24s} " + ("pass" if r - {"n/a", "measured"} <= {"pass"} else "FAIL")
+              for m, r in sorted(by_model.items())]
+    if rep.get("draft"):
+        lines.append(f"harness: draft expectations for review: {rep['draft']}")
+    return "\n".join(lines)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.paths import REPO_ROOT
 from harness.runtime.executor_view import WorkerTimeout
 from harness.runtime.generator import HarnessGenerator
 from harness.runtime.inputs import HarnessInputError, TruncationWarning
@@ -281,3 +282,15 @@ def test_sigterm_stops_the_run_at_once_and_keeps_the_complete_report():
     assert rep["status"] == ("incomplete" if held else "observed") and rep["interrupted"] == "SIGTERM"
     assert any(g["kind"] == "interrupted" for g in rep["incomplete"])
     assert r["took"] < 60, f"the run took {r['took']:.0f} s to stop after SIGTERM"
+
+
+def test_an_env_name_that_is_not_the_installed_vllm_s_is_refused():
+    """`harness run --env <name>` files its report as reports/<name>.*: a name that is no env of the installed vLLM
+    would run the whole suite and write a report nothing reads (or file it under another build): refused at once."""
+    before = sorted(p.name for p in (REPO_ROOT / "reports").iterdir())
+    out = subprocess.run([sys.executable, "-m", "harness", "run", "--env", "nonexistent"], capture_output=True,
+                         text=True, timeout=120, cwd=REPO_ROOT)
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--env nonexistent is no env of fixtures/envs/matrix.toml" in lines[0], out.stderr
+    assert sorted(p.name for p in (REPO_ROOT / "reports").iterdir()) == before
