@@ -35,7 +35,10 @@ def summarize(text: str, limit: int = 500) -> str:
     machine-specific path prefixes that `short_path` drops (an ImportError names the file it looked in)."""
     line = " | ".join(part.strip() for part in (text or "").strip().splitlines() if part.strip())
     line = strip_machine_paths(line)
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    if len(line) <= limit:
+        return line
+    cut = line[: limit - 2]
+    return cut[: cut.rfind(" ")] + " …" if " " in cut else cut + " …"  # never mid-word
 
 
 _SITE_PACKAGES = re.compile(r"/[^\s'\"()]*/site-packages/")

@@ -62,10 +62,13 @@ class PrefillGuard:
         return self._add(request)
 
     def take(self) -> tuple[list[str], list[int]]:
-        """This batch's request ids in arrival order and their prompt lengths; the next batch starts anew."""
-        out = self.arrivals, self.lengths
+        """This batch's request ids in arrival order and their prompt lengths; the next batch starts anew. Only
+        requests the scheduler still holds: one added and finished outside `generate()` (a probe's lone step) is
+        no row of this batch, and announced it would shift every row after it."""
+        live = self.scheduler.requests
+        kept = [(r, n) for r, n in zip(self.arrivals, self.lengths) if r in live]
         self.arrivals, self.lengths = [], []
-        return out
+        return [r for r, _ in kept], [n for _, n in kept]
 
     def mid_prefill(self, request_id: str) -> bool:
         req = self.scheduler.requests.get(request_id)

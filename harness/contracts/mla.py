@@ -2,7 +2,8 @@
 
 Not a speculators call, but a condition of running the Kimi-shaped fixture at all: CPU builds of
 vLLM before 0.32 raise "MLA is not supported on CPU." when the attention backend is chosen, and
-0.32's CPU MLA backend takes only kv_lora_rank + qk_rope_head_dim == 576. Where MLA cannot run, the
+0.32's CPU MLA backend takes only kv_lora_rank + qk_rope_head_dim == 576, and 0.34's (AMX) only bfloat16
+weights, where the suite runs its tiny models in float32. Where MLA cannot run, the
 harness runs the model with `VLLM_MLA_DISABLE=1` (vLLM then expands MLA to plain multi-head
 attention over the same weights) and the report says so; it is never hidden.
 
@@ -219,12 +220,15 @@ CONTRACT = Contract(
     assumes="MLA attention runs on this platform (no VLLM_MLA_DISABLE needed)",
     # vLLM 0.28's CPU MLA backend imports a flash-attn varlen helper from fa_utils that CPU builds lack.
     failures=(r"MLA is not supported on", r"MLA.*(not supported|unsupported)",
-              r"cannot import name '\w*flash_attn\w*' from 'vllm\.v1\.attention\.backends\.fa_utils'"),
+              r"cannot import name '\w*flash_attn\w*' from 'vllm\.v1\.attention\.backends\.fa_utils'",
+              # vLLM 0.34's CPU MLA backend (AMX) takes bfloat16 weights only; the suite's tiny models run in float32.
+              r"expect weight to be bfloat16"),
     shims=(Shim(Attach.ENV, apply_env, note=f"{ENV}=1"),),
     gate_covers=(GateCover("platform-rejects-mla", apply_env,
                            "runs with VLLM_MLA_DISABLE=1: vLLM expands MLA to multi-head attention over the same weights",
                            lambda f: bool(f.detail.get("env_defined")), "vllm.envs still defines VLLM_MLA_DISABLE"),),
     gate_checks=(mla_platform,),
     upstream=("CPU builds before 0.32.0 have no MLA backend; 0.28.0's CPU MLA backend imports a flash-attn "
-              'helper CPU builds lack'),
+              "helper CPU builds lack; 0.34.0's CPU MLA backend is AMXMLABackend (vllm/v1/attention/backends/mla/"
+              "amx_mla.py, supported_dtypes bfloat16 only)"),
 )

@@ -3,6 +3,8 @@ connector), and whether its engine config takes the native keys for a model."""
 
 from __future__ import annotations
 
+import functools
+import re
 import tempfile
 import typing
 
@@ -57,11 +59,38 @@ def probe_connector() -> NativeProbe:
 
 
 def availability() -> tuple[bool, str]:
-    """Whether this vLLM has the native path at all, and if not, why (the probes' own words)."""
+    """Whether the native path can run here, and if not, why in full (the probes' own words): this vLLM has no
+    export, or this build's model runner refuses it."""
     for probe in (probe_method(), probe_connector()):
         if probe.result != "pass":
-            return False, f"{probe.check}: {probe.measured}"
+            return False, f"no native hidden-state export in this vLLM: {probe.check}: {probe.measured}"
+    refusal = runner_refusal()
+    if refusal:
+        return False, refusal
     return True, f"{METHOD!r} and {CONNECTOR!r} present"
+
+
+#: vLLM's refusal of a config its standalone (no-Triton) CPU runner cannot run (VllmConfig._validate_model_runner).
+RUNNER_REFUSES = re.compile(r"(The CPU )?model runner without Triton does not yet support: [^|\[]*speculative decoding")
+
+
+@functools.cache
+def runner_refusal() -> str | None:
+    """Where the harness chose the CPU model runner, not vLLM (harness.envs.cpu_runner: vLLM's standalone runner,
+    because triton-cpu is not installable here): whether that runner refuses speculative decoding, the engine mode
+    vLLM's export runs in. Asked of vLLM itself: an engine config with the native keys for the suite's global tiny
+    model. Then the native path and the server clients are not runnable on this build (not broken in vLLM): said
+    with vLLM's words, never as a pass."""
+    from harness import contracts, models, versions
+
+    chosen = versions.runtime()
+    if chosen is None:
+        return None
+    probe = probe_config(models.build(contracts.global_model()), [1])
+    said = RUNNER_REFUSES.search(probe.measured) if probe.result != "pass" else None
+    if said is None:
+        return None
+    return f"not runnable on this build: {chosen}; vLLM refuses the export there: \"{said.group(0).strip()}\""
 
 
 def probe_config(model, layer_ids: list[int]) -> NativeProbe:

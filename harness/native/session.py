@@ -65,7 +65,7 @@ def start(name: str, ours) -> NativeRun:
         return nr
     ok, why = availability()
     if not ok:
-        nr.skip = f"no native hidden-state export in this vLLM: {why}"
+        nr.skip = why
         return nr
     from harness.processes import adopt_session_processes
 

@@ -4,6 +4,7 @@ Answers "which vLLM versions work with speculators X?" from what each env report
 release declares:
 - **works natively**: speculators' code ran as shipped and agreed with the reference;
 - **works with our shims (which)**: it ran only through the harness's shims, named;
+- **partial (which models)**: it works for some of the models it was run on and not for the others (each said);
 - **broken (why)**: it does not run, or disagrees, and no shim restores it (the expectation's reason);
 - **not runnable here (why)**: the build has no such path (e.g. no native export), or the client's declared
   range excludes it, or the build could not be installed here;
@@ -15,8 +16,8 @@ from __future__ import annotations
 
 from harness.native.client_axis import CLIENTS as SERVER_CLIENTS, client_row
 
-WORKS, SHIMMED, BROKEN, NOT_RUNNABLE, NOT_OBSERVED = (
-    "works natively", "works with our shims", "broken", "not runnable here", "not observed")
+WORKS, SHIMMED, PARTIAL, BROKEN, NOT_RUNNABLE, NOT_OBSERVED = (
+    "works natively", "works with our shims", "partial", "broken", "not runnable here", "not observed")
 #: The clients, in release order, with what the harness drives of each.
 #: What each server-path release's client does differently (harness.native.client.ClientApi reads it from the code).
 SERVER_CLIENT_HOW = {
@@ -33,9 +34,12 @@ CLIENTS = {
 SECOND_CLIENT_CHECK = "speculators 0.4.0 (second client) agrees"
 
 
-def _cell(verdict: str, why: str = "", shims: list[str] | None = None, complete: bool = True) -> dict:
-    """`complete`: False where the run behind the verdict did not observe everything (its cell says so)."""
-    return {"verdict": verdict, "why": why, "shims": shims or [], "complete": complete}
+def _cell(verdict: str, why: str = "", shims: list[str] | None = None, complete: bool = True,
+          models: list[str] | None = None) -> dict:
+    """`complete`: False where the run behind the verdict did not observe everything (its cell says so);
+    `models`: for a partial verdict, the models it works on."""
+    return {"verdict": verdict, "why": why, "shims": shims or [], "complete": complete,
+            **({"models": models} if models else {})}
 
 
 def _first_client(rep: dict, status: str) -> dict:
@@ -79,7 +83,11 @@ def _native_client(rep: dict, version: str) -> dict:
         return _cell(SHIMMED if shimmed else WORKS, ("through harness.native.sync_writer (a CPU build's connector) on "
                                                      if shimmed else "on ") + models, ["sync_writer"] if shimmed else [])
     failed = next(e for e in seen if e["result"] != "pass")
-    return _cell(BROKEN, f"{failed['model'].split(':', 1)[1]}: {failed['measured']}")
+    why = f"{failed['model'].split(':', 1)[1]}: {failed['measured']}"
+    passing = [e["model"].split(":", 1)[1] for e in seen if e["result"] == "pass"]
+    if passing:  # some models work: say which, never collapse it to broken
+        return _cell(PARTIAL, f"works on {', '.join(passing)}; not on {why}", models=passing)
+    return _cell(BROKEN, why)
 
 
 def cells(rep: dict, status: str) -> dict[str, dict]:
@@ -100,7 +108,8 @@ def to_markdown(m: dict) -> list[str]:
     for ver, how in CLIENTS.items():
         row = m["clients"][ver]
         lines.append(f"| {ver} | {how} | " + " | ".join(_short(row[c["version"]]) for c in cols) + " |")
-    lines += ["", "Each cell: works natively / works with our shims (which) / broken / not runnable here / not observed;",
+    lines += ["", "Each cell: works natively / works with our shims (which) / partial (which models) / broken / not "
+              "runnable here / not observed;",
               "the reasons are in matrix.json (`clients`) and matrix.html."]
     return lines
 
@@ -119,6 +128,8 @@ def _verdict_text(cell: dict) -> str:
     if v == SHIMMED:
         shims = cell["shims"]
         return f"works, {len(shims)} shims" if len(shims) > 2 else "works with " + " + ".join(shims)
+    if v == PARTIAL:
+        return "partial: " + ", ".join(cell.get("models", []))
     return {WORKS: "works", BROKEN: "**broken**", NOT_RUNNABLE: "not runnable", NOT_OBSERVED: "not observed"}[v]
 
 
@@ -126,7 +137,8 @@ def _verdict_text(cell: dict) -> str:
 #: rewrites it; a unit test holds the committed README to the committed matrix).
 ANSWER_BEGIN = "<!-- answer: generated from reports/matrix.json by `python -m harness matrix`; do not edit -->"
 ANSWER_END = "<!-- end of answer -->"
-WORD = {WORKS: "works", SHIMMED: "shims", BROKEN: "**broken**", NOT_RUNNABLE: "—", NOT_OBSERVED: "not observed"}
+WORD = {WORKS: "works", SHIMMED: "shims", PARTIAL: "partial", BROKEN: "**broken**", NOT_RUNNABLE: "—",
+        NOT_OBSERVED: "not observed"}
 
 
 def answer_table(m: dict) -> str:
@@ -140,7 +152,8 @@ def answer_table(m: dict) -> str:
         cells = []
         for r in releases:
             cell = m["clients"][r].get(ver, {"verdict": NOT_OBSERVED})
-            cells.append(WORD[cell["verdict"]] + ("" if cell.get("complete", True) else " (partial run)"))
+            word = WORD[cell["verdict"]] + (f" ({', '.join(cell['models'])})" if cell.get("models") else "")
+            cells.append(word + ("" if cell.get("complete", True) else " (partial run)"))
         lines.append(f"| {ver} | {col['status']} | " + " | ".join(cells) + " |")
     return "\n".join(lines + [ANSWER_END])
 

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from pathlib import Path
 
 from harness.paths import REPORTS
 from harness.reporting.matrix import PROOF_MARK, bench_cell, merge, short_cell, to_markdown
 
-COLORS = {"native": "#d7f5dd", "shimmed": "#fff3c4", "broken": "#f8c9c9", "n/a": "#eeeeee", "pass": "#d7f5dd",
-          "fail": "#f8c9c9", "not runnable here": "#dddddd", "not observed": "#f8c9c9", "incomplete": "#fde2b8",
-          "observed": "#d6e4ff"}
+#: Okabe-Ito tints, safe for the common colour-vision deficiencies: blue = works, yellow = works through shims,
+#: orange = broken, greys = does not apply / not runnable; "not observed" is white with a dashed border, so it
+#: never looks like broken. Every cell also says its verdict in a glyph and a word.
+OK, SHIM, PART, BAD, NA, NOPE, UNSEEN, SEEN = ("#cde7f7", "#fbeebf", "#f9d8a8", "#e69f00", "#f2f2f2", "#e4e4e4",
+                                              "#ffffff", "#dcd3f0")
+COLORS = {"native": OK, "shimmed": SHIM, "broken": BAD, "n/a": NA, "pass": OK, "fail": BAD, "not runnable here": NOPE,
+          "not observed": UNSEEN, "incomplete": UNSEEN, "observed": SEEN}
 LEGEND = (("native", "speculators' own call works"), ("shimmed", "it fails as documented; the harness's shim restores it"),
           ("broken", "no shim restores it (the cell says whose fault)"), ("pass", "end to end: equal to transformers"),
           ("n/a", "does not apply to this model or version"), ("not observed", "the run did not observe it"),
@@ -30,7 +35,7 @@ def verdicts(m: dict) -> dict[str, str]:
             continue
         e2e = {k[4:-1]: cells[ver] for k, cells in m["rows"].items() if k.startswith("e2e[") and ":" not in k}
         works = [name for name, cell in e2e.items() if cell["outcome"] == "pass"]
-        broken = [f"{name} ({(cell.get('reason') or '')[:120]})" for name, cell in e2e.items()
+        broken = [f"{name} ({evidence(cell.get('reason') or '')})" for name, cell in e2e.items()
                   if cell["outcome"] in ("broken", "fail")]
         shims = sorted({k.split("[")[0] for k, cells in m["rows"].items()
                         if cells[ver]["outcome"] == "shimmed" and not k.startswith("native")})
@@ -39,34 +44,52 @@ def verdicts(m: dict) -> dict[str, str]:
         if broken:
             line += f"; broken for {'; '.join(broken)}"
         if c["status"] != "pass":
-            line += f" [{c['status']}: " + "; ".join(g["what"][:100] for g in c.get("incomplete", [])[:3]) + "]"
+            line += f" [{c['status']}: " + "; ".join(g["what"] for g in c.get("incomplete", [])) + "]"
         out[ver] = line
     return out
 
 
-CLIENT_COLORS = {"works natively": "#d7f5dd", "works with our shims": "#fff3c4", "broken": "#f8c9c9",
-                 "not runnable here": "#dddddd", "not observed": "#fde2b8"}
+#: The answer table's cells: colour, glyph and word per client verdict.
+CLIENT_STYLE = {"works natively": (OK, "✓", "works"), "works with our shims": (SHIM, "✓", "shims"),
+                "partial": (PART, "◐", "partial"), "broken": (BAD, "✗", "broken"),
+                "not runnable here": (NOPE, "–", "not runnable"), "not observed": (UNSEEN, "?", "not observed")}
+#: What vLLM and CUDA append to every error, which says nothing about the cell.
+BOILERPLATE = re.compile(r"(CUDA kernel errors might be asynchronously reported[^|]*|For debugging consider passing "
+                         r"CUDA_LAUNCH_BLOCKING=1[^|]*|Compile with `?TORCH_USE_CUDA_DSA`?[^|]*|Search for `\w+' in "
+                         r"https://docs\.nvidia\.com/\S*|,? ?please check the stack trace above for the root cause)")
+
+
+def evidence(text: str) -> str:
+    """A cell's evidence as a person reads it: whole (the page wraps it), without CUDA's and vLLM's boilerplate."""
+    return re.sub(r"\s*\|\s*(\|\s*)+", " | ", BOILERPLATE.sub("", text or "")).strip(" |")
 
 
 def _clients_table(m: dict) -> list[str]:
-    """Which speculators release works with which vLLM build: a verdict per cell, its reason one click away."""
-    from harness.reporting.client_axis import CLIENTS, label
+    """The answer first: one row per vLLM build (newest first), one column per speculators release; each cell a
+    glyph and a word, its evidence one click away. Narrow enough for a 1,440 px window without scrolling sideways."""
+    from harness.reporting.client_axis import CLIENTS
 
     if not m.get("clients"):
         return []
     esc = html.escape
-    out = ["<h2>Which speculators works with which vLLM</h2><table id='clients'><tr><th>speculators</th>"]
-    out += [f"<th>{esc(c['version'])}</th>" for c in m["columns"]]
-    out.append("</tr>")
-    for ver, how in CLIENTS.items():
-        out.append(f"<tr><th style='text-align:left' title='{esc(how)}'>{esc(ver)}<br><small>{esc(how)}</small></th>")
-        for c in m["columns"]:
-            cell = m["clients"][ver][c["version"]]
-            out.append(f"<td id='client{esc(ver)}@{esc(c['version'])}' style='background:"
-                       f"{CLIENT_COLORS[cell['verdict']]}'><details><summary>{esc(label(cell))}</summary>"
-                       f"<div class='evidence'>{esc(cell['why'])}</div></details></td>")
+    out = ["<h2>Which speculators works with which vLLM</h2><div class='scroll'><table id='clients'><thead><tr>"
+           "<th class='corner'>vLLM</th><th>run</th>"]
+    out += [f"<th title='{esc(how)}'>speculators {esc(ver)}</th>" for ver, how in CLIENTS.items()]
+    out.append("</tr></thead><tbody>")
+    for c in reversed(m["columns"]):
+        out.append(f"<tr><th class='side'>{esc(c['version'])}</th><td class='status'>{esc(c['status'])}</td>")
+        for ver in CLIENTS:
+            cell = m["clients"][ver].get(c["version"], {"verdict": "not observed", "why": "no cell"})
+            color, glyph, word = CLIENT_STYLE[cell["verdict"]]
+            word += (": " + ", ".join(cell["models"])) if cell.get("models") else ""
+            word += "" if cell.get("complete", True) else " (run incomplete)"
+            out.append(f"<td id='client{esc(ver)}@{esc(c['version'])}' class='v' data-verdict='{esc(cell['verdict'])}'"
+                       f" style='background:{color}'><details><summary>{glyph} {esc(word)}</summary>"
+                       f"<div class='evidence'>{esc(evidence(cell['why']))}</div></details></td>")
         out.append("</tr>")
-    out.append("</table>")
+    out.append("</tbody></table></div><p class='legend'>" + "".join(
+        f"<span style='background:{color}'>{glyph} {esc(word)}: {esc(verdict)}</span>"
+        for verdict, (color, glyph, word) in CLIENT_STYLE.items()) + "</p>")
     return out
 
 
@@ -81,12 +104,21 @@ def to_html(m: dict) -> str:
     cols = m["columns"]
     esc = html.escape
     models = sorted({_model_of(k) for k in m["rows"]} - {"all"})
-    out = ["<!doctype html><html><head><meta charset='utf-8'><title>speculators x vLLM matrix</title><style>",
-           "body{font:13px system-ui,sans-serif;margin:1em}table{border-collapse:collapse}",
+    out = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+           "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+           "<title>speculators x vLLM matrix</title><style>",
+           "body{font:13px system-ui,sans-serif;margin:1em}table{border-collapse:separate;border-spacing:0}",
            "td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;white-space:nowrap}th{background:#f4f4f4}",
-           "details summary{cursor:pointer}details div{max-width:28em;white-space:pre-wrap;font-size:11px}",
+           "thead th,#matrix tr:first-child th{position:sticky;top:0;z-index:2}th.side,#matrix th:first-child"
+           "{position:sticky;left:0;z-index:1}th.corner{z-index:3;left:0}",
+           ".scroll{overflow:auto;max-height:90vh}#clients td.v{min-width:7em}",
+           "td[data-verdict='not observed'],td[data-outcome='not observed']{border:1px dashed #888;color:#555;"
+           "font-style:italic}td[data-verdict='broken'],td[data-outcome='broken'],td[data-outcome='fail']"
+           "{font-weight:600}",
+           "details summary{cursor:pointer}details div{max-width:28em;white-space:pre-wrap;overflow-wrap:anywhere;"
+           "font-size:11px}",
            ".legend span{display:inline-block;padding:2px 6px;margin:2px;border:1px solid #bbb}",
-           "#verdicts li{margin:2px 0}",
+           "#verdicts li{margin:2px 0}@media (max-width:600px){body{margin:.3em}td,th{padding:2px 3px}}",
            "</style></head><body><h1>speculators &times; vLLM: compatibility matrix</h1>"]
     out += _clients_table(m)
     out += ["<h2>speculators 0.3.0: verdicts per vLLM</h2>", "<ul id='verdicts'>"]
@@ -97,7 +129,7 @@ def to_html(m: dict) -> str:
     out.append("<p>Model <select id='model'><option value='all'>all</option>" + "".join(
         f"<option value='{esc(x)}'>{esc(x)}</option>" for x in models) + "</select> Contract <input id='contract' "
         "placeholder='e.g. twophase'> (rows <code>native*</code> are vLLM's own export, 0.17+). Click a cell for its "
-        "evidence.</p><table id='matrix'><tr><th>contract</th>")
+        "evidence.</p><div class='scroll'><table id='matrix'><tr><th>contract</th>")
     out += [f"<th style='background:{COLORS.get(c['status'], '#f4f4f4')}' title='"
             + esc("; ".join(g["what"] for g in c.get("incomplete", []))) + f"'>{esc(c['version'])}<br>"
             f"<small>{esc(c['status'])}</small></th>" for c in cols]
@@ -116,13 +148,13 @@ def to_html(m: dict) -> str:
                                            f"observed by the {cell['run']}" if cell.get("run") else "") if x)
             out.append(f"<td class='cell' id='{esc(key)}@{esc(c['version'])}' data-outcome='{esc(o)}' "
                        f"style='background:{COLORS.get(o, '#fff')}'><details>"
-                       f"<summary>{esc(short_cell(cell, markdown=False))}</summary><div class='evidence'>{esc(detail)}</div>"
+                       f"<summary>{esc(short_cell(cell, markdown=False))}</summary><div class='evidence'>{esc(evidence(detail))}</div>"
                        "</details></td>")
         out.append("</tr>")
     out.append("<tr><th>wall s</th>" + "".join(f"<td>{esc(str(c.get('wall_s', '—')))}</td>" for c in cols) + "</tr>")
     out.append("<tr><th>extraction / prefill</th>" + "".join(
         f"<td>{esc(bench_cell(c.get('benchmark')))}</td>" for c in cols) + "</tr>")
-    out.append("</table><script>"
+    out.append("</table></div><script>"
                "function f(){var m=document.getElementById('model').value,"
                "q=document.getElementById('contract').value.toLowerCase();"
                "document.querySelectorAll('tr.row').forEach(function(r){"

@@ -313,8 +313,8 @@ def observed_summary(rep: dict) -> str:
     by_model: dict[str, set] = {}
     for e in rep.get("e2e", []):
         by_model.setdefault(e["model"], set()).add(e["result"])
-    lines += [f"  e2e {m:24s} " + ("pass" if r - {"n/a", "measured"} <= {"pass"} else "FAIL")
-              for m, r in sorted(by_model.items())]
+    lines += [f"  e2e {m:24s} " + ("n/a" if not r - {"n/a", "measured"} else "pass" if r - {"n/a", "measured"} <= {"pass"}
+                                     else "FAIL") for m, r in sorted(by_model.items())]
     if rep.get("draft"):
         lines.append(f"harness: draft expectations for review: {rep['draft']}")
     return "\n".join(lines)

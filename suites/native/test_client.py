@@ -32,7 +32,7 @@ def _check(version: str) -> str:
 
 def _no_export() -> str | None:
     ok, why = availability()
-    return None if ok else f"no native hidden-state export in this vLLM: {why}"
+    return None if ok else why
 
 
 def test_connectors_contract(record_observation):

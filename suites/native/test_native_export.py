@@ -92,7 +92,7 @@ def _not_here(ours) -> str | None:
     if ours.absent:
         return ours.absent
     ok, why = nx.availability()
-    return None if ok else f"no native hidden-state export in this vLLM: {why}"
+    return None if ok else why
 
 
 @pytest.mark.parametrize("name", contracts.E2E_MODELS)
@@ -229,7 +229,7 @@ def test_native_contract(name, runs, natives, record_observation, expectations):
     if ours.absent:
         obs.not_applicable = ours.absent
     elif not available:
-        obs.not_applicable = f"no native hidden-state export in this vLLM: {why}"
+        obs.not_applicable = why
     else:
         nr = natives(name)
         obs.facts["called"] = nr.called

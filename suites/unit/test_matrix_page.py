@@ -43,7 +43,40 @@ def test_the_page_shows_every_cell_and_a_cells_evidence_opens(tmp_path):
         assert f"vLLM {v['version']}</b>:" in dom, f"no verdict line for {v['version']}"
 
 
-def test_screenshot_of_the_page():
-    shot = REPO_ROOT / "reports" / "matrix.png"
-    out = _browser(f"file://{REPO_ROOT / 'reports' / 'matrix.html'}", f"--screenshot={shot}", "--window-size=1600,1000")
-    assert shot.is_file() and shot.stat().st_size > 10_000, out.stderr[-1000:]
+#: Measured in the page as a reader's browser lays it out: where the answer table's speculators 0.9.0 cells lie.
+_PROBE = """<script>window.addEventListener('load', function () {
+  var cells = Array.from(document.querySelectorAll("#clients td[id^='client0.9.0@']"));
+  var head = Array.from(document.querySelectorAll('#clients thead th')).find(function (t) {
+    return t.textContent.indexOf('0.9.0') >= 0; });
+  var r = cells.map(function (c) { return c.getBoundingClientRect(); });
+  var out = {width: window.innerWidth, height: window.innerHeight, cells: cells.length,
+             scrollWidth: document.documentElement.scrollWidth,
+             right: Math.max.apply(null, r.map(function (x) { return x.right; })),
+             headTop: head ? head.getBoundingClientRect().top : null,
+             headRight: head ? head.getBoundingClientRect().right : null,
+             firstTop: r.length ? r[0].top : null};
+  var pre = document.createElement('pre'); pre.id = 'probe'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});</script>"""
+
+
+def test_the_0_9_0_answer_is_on_the_first_screen_at_1440_px(tmp_path):
+    """The 10-second check: in a 1,440 x 900 window, "which vLLM works with speculators 0.9.0?" is answered without
+    scrolling sideways: the column's header and every one of its cells lie inside the window's width, the header
+    and the newest build's cell on the first screen."""
+    m = json.loads((REPO_ROOT / "reports" / "matrix.json").read_text())
+    page = tmp_path / "matrix.html"
+    page.write_text(matrix_page.to_html(m).replace("</body>", _PROBE + "</body>"))
+    dom = _browser(f"file://{page}", "--dump-dom", "--window-size=1440,900").stdout
+    got = json.loads(html.unescape(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S).group(1)))
+    assert got["cells"] == len(m["columns"]), got
+    assert got["width"] == 1440 and got["headRight"] <= got["width"] and got["right"] <= got["width"], got
+    assert 0 <= got["headTop"] < got["height"] and got["firstTop"] < got["height"], got
+
+
+@pytest.mark.parametrize("width", [1440, 400])
+def test_screenshots_of_the_page(width):
+    """The committed screenshots (reports/matrix-<width>.png) are what Chromium shows of the committed page."""
+    shot = REPO_ROOT / "reports" / f"matrix-{width}.png"
+    out = _browser(f"file://{REPO_ROOT / 'reports' / 'matrix.html'}", f"--screenshot={shot}", f"--window-size={width},900")
+    assert shot.is_file() and shot.stat().st_size > 5_000, out.stderr[-1000:]
