@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.runtime.generator import HarnessGenerator
+from harness.runtime.generator import HarnessGenerator, options_for
 from harness.testing import ahead
 
 LLAMA = "tiny-llama"
@@ -29,7 +29,10 @@ def test_worker_killed_mid_generate_is_named_and_sticks(runs):
 
     from harness.runtime.executor_view import WorkerDied
 
-    gen = HarnessGenerator(runs(LLAMA).model.path, [1], max_model_len=256)
+    # float32, as every CPU run of the tiny models: vLLM 0.34's CPU default for them is bfloat16, whose kernels
+    # in the source-built 0.34 kill the worker with SIGILL here (a signal this test must not mistake for its own).
+    gen = HarnessGenerator(runs(LLAMA).model.path, [1], max_model_len=256, options=options_for(runs(LLAMA).model,
+                                                                                              dtype="float32"))
     # Held from the start: once destroyed, nothing else keeps the contexts, and a weak set forgets collected ones.
     tracked = list(gen.state.zmq_contexts)
     seen: list[str] = []
