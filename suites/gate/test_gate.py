@@ -267,7 +267,7 @@ def test_a_config_gated_finding_without_model_config_is_undecided(gate):
     (["--to", "0.17.0", "--model-config", "NOTJSON"], "not a readable JSON file"),
     (["--to", "0.17.0", "--json", "/no/such/dir/r.json"], "--json /no/such/dir/r.json: cannot write there"),
     (["--to", "0.17.0", "--summary", "SUMMARYDIR"], "--summary"),
-    (["--to", "../../x"], "'../../x' is not a version number"),
+    (["--to", "../../x"], "'../../x': no such file or folder"),
     (["--to", "0.17.0", "--from", "latest"], "'latest' is not a version number"),
 ])
 def test_bad_input_is_one_line_exit_2_before_any_download(argv, says, tmp_path):
