@@ -40,17 +40,14 @@ def merge(report_dir: Path = REPORTS) -> dict:
             status, gaps = judge(rep)
             status, gaps = _predates(rep, status, gaps)
             supplement = _supplement(rep, Path(report_dir) / f"{meta['env']}.incomplete.json")
+            kept_rows, kept_clients = {}, {}
+            if supplement is None and (kept := _kept_supplement(previous, ver, rep)) is not None:
+                supplement, kept_rows, kept_clients = kept
             if supplement and supplement["status"] != "pass" and status != "fail":
                 status = supplement["status"]
                 gaps = gaps + [dict(g, what="subset run: " + g["what"]) for g in supplement["gaps"]]
-            if supplement is None and (kept := _kept_supplement(previous, ver, rep)) is not None:
-                supplement, kept_rows, kept_clients = kept
-                if supplement["status"] != "pass" and status != "fail":
-                    status = supplement["status"]
-                for key, cell in kept_rows.items():
-                    rows.setdefault(key, {})[ver] = cell
-            else:
-                kept_clients = {}
+            for key, cell in kept_rows.items():
+                rows.setdefault(key, {})[ver] = cell
             for v, cell in client_axis.cells(rep, status).items():
                 seen_before = kept_clients.get(v)
                 clients[v][ver] = (seen_before if cell["verdict"] == client_axis.NOT_OBSERVED and seen_before
