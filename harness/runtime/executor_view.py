@@ -94,6 +94,20 @@ def dead_workers(real: Any) -> list[str]:
     return out
 
 
+def worker_segments(real: Any) -> list[str]:
+    """The /dev/shm names of the message queues the worker processes created (each worker writes its replies
+    into a queue it made). A worker that exits unlinks its own; one killed by a signal (by a user, the OOM killer,
+    or vLLM's shutdown after its waits) cannot, and on vLLM >= 0.34 the executor's shutdown drops the last mapping
+    of it, so ~10 MiB per worker would stay in /dev/shm until reboot."""
+    names = []
+    for handle, _ in worker_procs(real):
+        mq = getattr(handle, "worker_response_mq", None)
+        name = getattr(getattr(getattr(mq, "buffer", None), "shared_memory", None), "name", None)
+        if isinstance(name, str):
+            names.append(name)
+    return names
+
+
 def echo(worker: Any, value: Any) -> Any:
     """RPC body used to learn how `collective_rpc` returns a single rank's reply (module level: picklable)."""
     return value
@@ -115,6 +129,8 @@ class ExecutorView:
         self._lock = threading.Lock()
         self._closed = False
         self.died: str | None = None  # set once a worker is found dead; every later call raises WorkerDied
+        # read now: vLLM's worker monitor shuts the executor down (dropping the queues) as soon as a worker dies
+        self._segments = worker_segments(real)
         # Behavioural detection: ask rank 0 to echo a marker and look at what comes back.
         reply = self._rpc(echo, args=("marker",), unique_reply_rank=0)
         self.single_reply = reply == "marker"
@@ -191,6 +207,7 @@ class ExecutorView:
                 self.real.shutdown()
             finally:
                 transport.discard_files(pids)  # a worker killed mid-batch leaves its buffer unmapped by us
+                transport.discard_segments(self._segments)  # and its reply queue (the workers have exited by now)
 
     @property
     def closed(self) -> bool:

@@ -292,6 +292,26 @@ def discard_files(pids, directory: str = SHM) -> list[str]:
     return gone
 
 
+def discard_segments(names, directory: str = SHM) -> list[str]:
+    """Unlink these multiprocessing shared-memory segments of exited processes where they are still there (a
+    process killed by a signal never unlinks what it made), and take them off the resource tracker that the
+    workers share with this process, which would otherwise warn about them at exit. Returns the ones removed."""
+    from multiprocessing import resource_tracker
+
+    gone = []
+    for name in names:
+        try:
+            os.unlink(os.path.join(directory, name))
+        except OSError:
+            continue
+        gone.append(name)
+        try:
+            resource_tracker.unregister("/" + name, "shared_memory")
+        except Exception:  # no tracker running: nothing to tell
+            pass
+    return gone
+
+
 def materialize(reply):
     """A `_get_captured_states` reply as speculators expects it: tensors, whichever way they came."""
     if isinstance(reply, SharedStates):

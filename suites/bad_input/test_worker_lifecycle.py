@@ -27,7 +27,7 @@ def test_worker_killed_mid_generate_is_named_and_sticks(runs):
     import signal
     import threading
 
-    from harness.runtime.executor_view import WorkerDied
+    from harness.runtime.executor_view import WorkerDied, worker_segments
 
     # float32, as every CPU run of the tiny models: vLLM 0.34's CPU default for them is bfloat16, whose kernels
     # in the source-built 0.34 kill the worker with SIGILL here (a signal this test must not mistake for its own).
@@ -38,6 +38,7 @@ def test_worker_killed_mid_generate_is_named_and_sticks(runs):
     seen: list[str] = []
     try:
         worker = gen.real_executor.workers[0].proc
+        queues = worker_segments(gen.real_executor)
         gen.generate([[5, 6, 7]])  # a first, small buffer (mapped and unlinked by us)
         pattern = f"/dev/shm/harness-states-{worker.pid}-*"
 
@@ -63,6 +64,9 @@ def test_worker_killed_mid_generate_is_named_and_sticks(runs):
     assert all(ctx.closed for ctx in tracked), "a zmq context of the shut-down executor is still open"
     assert seen, "the worker never grew its hand-off buffer for the larger batch: nothing was left to clean up"
     assert not glob.glob(pattern), f"the killed worker's hand-off buffer is still in /dev/shm: {glob.glob(pattern)}"
+    assert queues, "the worker's reply queue was not found: its segment could not be removed after a kill"
+    left = [q for q in queues if os.path.exists(os.path.join("/dev/shm", q))]
+    assert not left, f"the killed worker's reply queue is still in /dev/shm: {left}"
 
 
 # vLLM's writer message queue, in a reference cycle as the executor's objects are after a failed start; then
