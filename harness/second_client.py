@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.paths import REPO_ROOT
+from harness.paths import SOURCE_ROOT
 
 VERSION = "0.4.0"
 
@@ -62,7 +62,7 @@ def run_child(tree: Path, model_path: Path, layers: list[int], prompts: list[lis
     spec = out.with_suffix(".prompts.json")
     spec.write_text(json.dumps(prompts))
     base = os.environ if base_env is None else base_env
-    env = {**base, "PYTHONPATH": os.pathsep.join([str(tree), str(REPO_ROOT), base.get("PYTHONPATH", "")])}
+    env = {**base, "PYTHONPATH": os.pathsep.join([str(tree), str(SOURCE_ROOT), base.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-m", "harness.second_client", "--model", str(model_path),
                            "--layers", ",".join(map(str, layers)), "--prompts", str(spec), "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=900)

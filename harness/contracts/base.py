@@ -50,10 +50,10 @@ def strip_machine_paths(text: str) -> str:
     module reads as its import path (`vllm/v1/core/sched/scheduler.py`)."""
     import sys
 
-    from harness.paths import REPO_ROOT
+    from harness.paths import SOURCE_ROOT
 
     text = _SITE_PACKAGES.sub("", text)
-    roots = {str(REPO_ROOT)} | {p.rstrip("/") for p in sys.path if p.startswith("/") and p.count("/") > 1}
+    roots = {str(SOURCE_ROOT)} | {p.rstrip("/") for p in sys.path if p.startswith("/") and p.count("/") > 1}
     for root in sorted(roots, key=len, reverse=True):
         text = text.replace(root + "/", "")
     return text
@@ -61,11 +61,11 @@ def strip_machine_paths(text: str) -> str:
 
 def short_path(filename: str) -> str:
     """A traceback file name without the machine-specific prefix (site-packages/ or the repo root)."""
-    from harness.paths import REPO_ROOT
+    from harness.paths import SOURCE_ROOT
 
     if "site-packages/" in filename:
         return filename.split("site-packages/")[-1]
-    root = str(REPO_ROOT) + "/"
+    root = str(SOURCE_ROOT) + "/"
     return filename[len(root):] if filename.startswith(root) else filename
 
 

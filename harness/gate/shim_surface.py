@@ -28,7 +28,7 @@ from pathlib import Path
 
 from harness.gate import runners
 from harness.gate.facts import RUNTIME, Fact
-from harness.paths import FIXTURES, REPO_ROOT
+from harness.paths import FIXTURES, SOURCE_ROOT
 
 FIXTURE = FIXTURES / "surfaces" / "harness-shims.json"
 #: The harness code that touches vLLM at run time, relative to the repository root.
@@ -103,7 +103,7 @@ def _positional(call: ast.Call) -> int | None:
     return None
 
 
-def derive(root: Path = REPO_ROOT) -> dict:
+def derive(root: Path = SOURCE_ROOT) -> dict:
     """The surface as the code shows it now (sorted, one entry per kind, name and site; an RPC sent with several
     argument counts at one site keeps the largest, which is what the worker's method must accept)."""
     entries: list[dict] = []

@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from harness.paths import REPO_ROOT
+from harness.paths import CACHE
 from harness.progress import Progress
 
 PROJECT = "vllm"
@@ -98,7 +98,7 @@ def timeout_s() -> float:
 
 
 def cache_root(cache_dir: str | Path | None = None) -> Path:
-    return Path(cache_dir or os.environ.get("HARNESS_GATE_CACHE") or REPO_ROOT / ".cache" / "gate")
+    return Path(cache_dir or os.environ.get("HARNESS_GATE_CACHE") or CACHE / "gate")
 
 
 def normalize(version: str) -> str:

@@ -28,12 +28,12 @@ from pathlib import Path
 
 from harness.native.files import layers_asked, layout_of
 from harness.native.server import ServerError
-from harness.paths import REPO_ROOT
+from harness.paths import CACHE
 
 CLIENT_FILE = "speculators/data_generation/vllm_client.py"
 #: Where unpacked client wheels live (a folder of speculators-<version>-*.whl may be given instead, for a
 #: machine without network: HARNESS_SPECULATORS_WHEELS).
-CACHE = REPO_ROOT / ".cache" / "speculators-clients"
+CACHE = CACHE / "speculators-clients"
 
 
 def wheel_tree(project: str, version: str) -> Path:

@@ -5,26 +5,35 @@ from __future__ import annotations
 
 import os
 
-# Offline and small: no hub lookups, a 1 GiB KV cache on CPU (vLLM would otherwise reserve half the RAM),
-# and idle workers that sleep instead of spinning on their message queue (several shared generators
-# wait idle while one works: spinning ones take the CPU it needs). Workers are spawned, never forked:
-# a forked worker cannot use CUDA once the driver has touched it (seen on the H200 with vLLM 0.20). Set when the
-# plugin is imported, before any test module imports vLLM (vLLM reads some of them at import).
-for _k, _v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-               "VLLM_SLEEP_WHEN_IDLE": "1", "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
-               "TOKENIZERS_PARALLELISM": "false", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}.items():
-    os.environ.setdefault(_k, _v)
+import pytest
 
-import pytest  # noqa: E402
-
-from harness.paths import REPORTS  # noqa: E402
-from harness.testing.gpu import gpu_config, hold_gpu_skip, pytest_collection_modifyitems  # noqa: E402,F401
-from harness.testing.leaks import no_leftover_shared_memory, no_leftover_workers  # noqa: E402,F401
-from harness.testing.recording import (expectations, harness_meta, numerics_expected, record_e2e,  # noqa: E402,F401
+from harness.paths import REPORTS
+from harness.testing import session_report
+from harness.testing.gpu import gpu_config, hold_gpu_skip, pytest_collection_modifyitems  # noqa: F401
+from harness.testing.leaks import no_leftover_shared_memory, no_leftover_workers  # noqa: F401
+from harness.testing.recording import (expectations, harness_meta, numerics_expected, record_e2e,  # noqa: F401
                                       record_note, record_observation, record_proof)
-from harness.testing.session_report import (report_generator_starts, pytest_collection_finish,  # noqa: E402,F401
-                                           pytest_xdist_node_collection_finished, pytest_configure, pytest_deselected,  # noqa: E402,F401
+from harness.testing.session_report import (report_generator_starts, pytest_collection_finish,  # noqa: F401
+                                           pytest_xdist_node_collection_finished, pytest_deselected,  # noqa: F401
                                            pytest_keyboard_interrupt, pytest_runtest_logreport, pytest_sessionfinish)
+
+
+#: Offline and small: no hub lookups, a 1 GiB KV cache on CPU (vLLM would otherwise reserve half the RAM), and idle
+#: workers that sleep instead of spinning on their message queue (several shared generators wait idle while one
+#: works: spinning ones take the CPU it needs). Workers are spawned, never forked: a forked worker cannot use CUDA
+#: once the driver has touched it (seen on the H200 with vLLM 0.20). Defaults only: a value already set wins.
+ENV_DEFAULTS = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+                "VLLM_SLEEP_WHEN_IDLE": "1", "VLLM_WORKER_MULTIPROC_METHOD": "spawn", "TOKENIZERS_PARALLELISM": "false",
+                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """The environment defaults, at configure: before any test module is collected (and imports vLLM, which
+    reads some of them at import); importing the plugin changes nothing. Then the session report's set-up."""
+    for key, value in ENV_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    session_report.pytest_configure(config)
 
 
 @pytest.hookimpl(hookwrapper=True)

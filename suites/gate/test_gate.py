@@ -28,26 +28,6 @@ from harness.paths import REPO_ROOT
 UNREACHABLE_INDEX = "http://127.0.0.1:9/simple"  # the discard port on loopback: refused at once
 
 
-@pytest.fixture(scope="session")
-def cache_dir() -> Path:
-    return Path(os.environ.get("HARNESS_GATE_CACHE") or REPO_ROOT / ".cache" / "gate")
-
-
-@pytest.fixture
-def gate(cache_dir, tmp_path):
-    """Run the gate in this process; returns (exit code, JSON report, Markdown summary)."""
-
-    def call(old: str, new: str, *extra: str):
-        out_json, summary = tmp_path / f"{old}-{new}.json", tmp_path / f"{old}-{new}.md"
-        args = configure(argparse.ArgumentParser()).parse_args(
-            ["--from", old, "--to", new, "--cache-dir", str(cache_dir), "--json", str(out_json),
-             "--summary", str(summary), *extra])
-        rc = run(args)
-        return rc, json.loads(out_json.read_text()), summary.read_text()
-
-    return call
-
-
 def by_kind(report: dict, contract: str, kind: str) -> list[dict]:
     return [f for f in report["findings"] if f["contract"] == contract and f["kind"] == kind]
 

@@ -1,0 +1,91 @@
+"""The harness as a downstream repository gets it: the wheel built from this checkout, installed into a fresh
+virtual environment outside the checkout, run from an empty working directory.
+
+What must hold there: the data it reads (gate allow-list and surfaces, env pins, expectations) ships inside the
+wheel; outputs go under the working directory, never into site-packages; and the gate answers two real vLLM
+releases exactly as it does from the checkout. Needs uv (the test extra installs it) and the package index the
+first time (setuptools for the build, the [gate] extra's dependencies); the vLLM sources come from the gate cache
+that the rest of this suite fills.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.paths import REPO_ROOT
+
+OLD, NEW = "0.32.0", "0.34.0"
+
+
+def _uv() -> list[str]:
+    from uv import find_uv_bin  # the test extra's uv: a binary that needs no network of its own
+
+    return [find_uv_bin()]
+
+
+def _run(argv: list[str], cwd: Path, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory, cache_dir) -> tuple[Path, Path, dict]:
+    """(the venv's harness script, an empty working directory, the environment to run it in)."""
+    root = tmp_path_factory.mktemp("installed")
+    dist = root / "dist"
+    # sdist first, the wheel from it: what a release publishes, and no stale build/ of the checkout in it
+    built = _run([*_uv(), "build", "--out-dir", str(dist), str(REPO_ROOT)], cwd=root)
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = next(dist.glob("*.whl"))
+    venv = root / "venv"
+    made = _run([*_uv(), "venv", "--quiet", "--python", sys.executable, str(venv)], cwd=root)
+    assert made.returncode == 0, made.stderr[-2000:]
+    got = _run([*_uv(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), f"{wheel}[gate]"],
+               cwd=root)
+    assert got.returncode == 0, got.stderr[-2000:]
+    work = root / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "PYTHON", "VIRTUAL_ENV"))}
+    env["HARNESS_GATE_CACHE"] = str(cache_dir)
+    return venv / "bin" / "harness", work, env
+
+
+def site_packages(script: Path) -> Path:
+    return next((script.parent.parent / "lib").glob("python3*/site-packages"))
+
+
+def test_version_and_help_from_the_wheel(installed):
+    script, work, env = installed
+    ver = _run([str(script), "--version"], cwd=work, env=env)
+    assert ver.returncode == 0 and ver.stdout.split()[-1][0].isdigit(), ver.stdout + ver.stderr
+    helped = _run([str(script), "gate", "--help"], cwd=work, env=env)
+    assert helped.returncode == 0 and "--from" in helped.stdout and "exit" in helped.stdout.lower(), helped.stderr
+    envs = _run([str(script), "matrix-envs"], cwd=work, env=env)
+    assert envs.returncode == 0 and "vllm016" in json.loads(envs.stdout), envs.stderr
+    # the installed copy reads its own data, not this checkout's
+    where = _run([str(script.parent / "python"), "-c", "from harness import paths; print(paths.FIXTURES)"],
+                 cwd=work, env=env)
+    assert where.stdout.strip().startswith(str(site_packages(script))), where.stdout
+
+
+def test_the_gate_from_the_wheel_answers_as_the_checkout(installed, gate):
+    """Same verdict and findings for the same two releases; the report lands in ./reports of the working directory;
+    nothing is written into site-packages."""
+    script, work, env = installed
+    before = {p for p in site_packages(script).rglob("*")}
+    run = _run([str(script), "gate", "--from", OLD, "--to", NEW], cwd=work, env=env)
+    written = work / "reports" / f"gate-{OLD}-to-{NEW}.json"
+    assert written.is_file(), f"no report under the working directory: {run.stdout[-500:]} {run.stderr[-1500:]}"
+    installed_report = json.loads(written.read_text())
+    rc, checkout_report, _ = gate(OLD, NEW)
+    assert run.returncode == rc, run.stderr[-1500:]
+    assert installed_report["verdict"] == checkout_report["verdict"]
+    key = (lambda f: (f["contract"], f["kind"], f.get("symbol", ""), f.get("evidence", "")))
+    assert sorted(map(key, installed_report["findings"])) == sorted(map(key, checkout_report["findings"]))
+    added = {p for p in site_packages(script).rglob("*")} - before
+    assert not [p for p in added if "__pycache__" not in p.parts], sorted(added)[:5]
