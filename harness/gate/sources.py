@@ -10,24 +10,24 @@ Layout: `<cache>/vllm-X.Y.Z/vllm/...` where `<cache>` is `--cache-dir`, else `$H
 else `<repo>/.cache/gate`. A version folder appears by one rename of a finished temporary folder,
 so a folder that exists is complete; a cached version needs no network.
 
-Environment: `HARNESS_PYPI_URL` (the simple index, default https://pypi.org/simple) and
-`HARNESS_GATE_TIMEOUT` (seconds per network operation, default 60).
+Environment: the simple index is `HARNESS_PYPI_URL`, else the one uv or pip would use (`UV_DEFAULT_INDEX`,
+`UV_INDEX_URL`, `PIP_INDEX_URL`), else https://pypi.org/simple; credentials come from the index URL's user part or
+from netrc (`NETRC`, else ~/.netrc), proxies and CA bundles from the usual variables (httpx's `trust_env`);
+`HARNESS_GATE_TIMEOUT` is seconds per network operation (default 60).
 """
 
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import os
 import re
 import shutil
 import tarfile
 import tempfile
-import urllib.error
 import urllib.parse
-import urllib.request
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
@@ -78,8 +78,20 @@ class Sources:
     provenance: dict | None = None  # where they came from (see harness.gate.artifacts)
 
 
+#: Where the index comes from, first match wins: the harness's own setting, then uv's and pip's.
+INDEX_VARIABLES = ("HARNESS_PYPI_URL", "UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL")
+
+
 def index_url() -> str:
-    return os.environ.get("HARNESS_PYPI_URL", DEFAULT_INDEX).rstrip("/")
+    return next((os.environ[v] for v in INDEX_VARIABLES if os.environ.get(v)), DEFAULT_INDEX).rstrip("/")
+
+
+def _netrc_auth():
+    """netrc credentials where a netrc file exists (httpx reads them only when asked)."""
+    import httpx
+
+    path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
+    return httpx.NetRCAuth(path) if os.path.isfile(path) else None
 
 
 class BadSetting(ValueError):
@@ -142,18 +154,34 @@ def ensure(version: str, cache_dir: str | Path | None = None) -> Sources:
 
 
 # -- the index ---------------------------------------------------------------------------------------
+class _Body:
+    """A streamed response as the readers below use it: `headers`, and `read(n)` (a chunk, b"" at the end)."""
+
+    def __init__(self, response) -> None:
+        self.headers = response.headers
+        self._chunks = response.iter_bytes(CHUNK)
+
+    def read(self, size: int | None = None) -> bytes:
+        if size is None:
+            return b"".join(self._chunks)
+        return next(self._chunks, b"")
+
+
+@contextmanager
 def _open(url: str, accept: str | None = None):
-    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    import httpx
+
     try:
-        return urllib.request.urlopen(request, timeout=timeout_s())
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            raise VersionNotFound(f"{url} does not exist (HTTP 404)") from None
-        raise IndexUnreachable(f"{url} answered HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-        reason = getattr(exc, "reason", exc)
+        with httpx.Client(timeout=timeout_s(), follow_redirects=True, trust_env=True, auth=_netrc_auth()) as client, \
+                client.stream("GET", url, headers={"Accept": accept} if accept else {}) as resp:
+            if resp.status_code == 404:
+                raise VersionNotFound(f"{url} does not exist (HTTP 404)")
+            if resp.status_code >= 400:
+                raise IndexUnreachable(f"{url} answered HTTP {resp.status_code} {resp.reason_phrase}")
+            yield _Body(resp)
+    except (httpx.TransportError, httpx.DecodingError, httpx.InvalidURL) as exc:
         raise IndexUnreachable(
-            f"cannot reach the package index at {url}: {reason}. The gate needs the network the first time "
+            f"cannot reach the package index at {url}: {exc}. The gate needs the network the first time "
             f"it reads a vLLM version (cached versions need none); set HARNESS_PYPI_URL for another index.") from None
 
 
@@ -176,12 +204,9 @@ def list_files(project: str = PROJECT) -> list[Artifact]:
 
 def list_page(page: str) -> list[Artifact]:
     """Every wheel and sdist a simple-API page lists (PEP 691 JSON, else PEP 503 HTML), links made absolute."""
-    try:
-        with _open(page, ACCEPT) as resp:
-            ctype = resp.headers.get("Content-Type", "")
-            body = resp.read()
-    except (OSError, http.client.HTTPException) as exc:
-        raise IndexUnreachable(f"reading {page} failed: {exc}") from None
+    with _open(page, ACCEPT) as resp:
+        ctype = resp.headers.get("Content-Type", "")
+        body = resp.read()
     if "json" in ctype:
         entries = [(f["filename"], f["url"], (f.get("hashes") or {}).get("sha256"), f.get("size"))
                    for f in json.loads(body).get("files", [])]
@@ -247,9 +272,9 @@ def download_hashed(artifact: Artifact, root: Path) -> tuple[Path, str]:
     except SourceError:
         path.unlink(missing_ok=True)
         raise
-    except (OSError, http.client.HTTPException) as exc:
+    except OSError as exc:  # the local file
         path.unlink(missing_ok=True)
-        raise IndexUnreachable(f"downloading {artifact.url} failed: {exc}") from None
+        raise SourceError(f"writing {path} failed: {exc}") from None
     if artifact.sha256 and digest.hexdigest() != artifact.sha256:
         path.unlink(missing_ok=True)
         raise SourceError(f"{artifact.filename}: sha256 {digest.hexdigest()} does not match the index's "
