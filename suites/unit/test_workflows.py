@@ -23,8 +23,21 @@ def _actionlint() -> str:
     return found
 
 
-def test_the_four_workflows_exist():
-    assert [p.name for p in WORKFLOWS] == ["conformance.yml", "gate.yml", "gpu-nightly.yml", "matrix.yml"]
+def test_the_workflows_exist():
+    assert [p.name for p in WORKFLOWS] == ["conformance.yml", "gate-call.yml", "gate.yml", "gpu-nightly.yml",
+                                           "matrix.yml"]
+
+
+def test_the_reusable_gate_runs_the_composite_actions_script():
+    """One gate script for both ways in: the action's step and the reusable workflow's call the same file."""
+    action = yaml.safe_load((REPO_ROOT / ".github" / "actions" / "gate" / "action.yml").read_text())
+    assert action["runs"]["using"] == "composite"
+    assert action["runs"]["steps"][-1]["run"] == 'bash "$GITHUB_ACTION_PATH/gate.sh"'
+    called = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / "gate-call.yml").read_text())
+    assert "workflow_call" in called[True]  # YAML 1.1 reads the key `on` as True
+    steps = called["jobs"]["gate"]["steps"]
+    assert any(s.get("run", "").endswith(".github/actions/gate/gate.sh") for s in steps)
+    assert set(action["inputs"]) - {"python-version"} <= set(called[True]["workflow_call"]["inputs"])
 
 
 def test_actionlint_passes_on_every_workflow():

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The gate as a downstream repository runs it: the composite action's one step (action.yml beside this file) and
+# the reusable workflow's (.github/workflows/gate-call.yml). Installs this harness (the folder three levels up)
+# with its [gate] extra into a virtual environment, reads the team's pin from its lock file unless GATE_FROM is
+# given, judges the bump to GATE_TO (default: the newest vLLM release on the index), and leaves the verdict in
+# $GITHUB_OUTPUT and the Markdown in $GITHUB_STEP_SUMMARY. Exit: the gate's (0 safe or covered, 1 needs a new shim
+# or broken, 2 refused or undecided).
+#   GATE_LOCK_FILE  uv.lock, poetry.lock, pylock.toml, requirements*.txt or pyproject.toml pinning vllm==X
+#   GATE_FROM       the vLLM the team runs now (instead of a lock file)
+#   GATE_TO         the candidate (a version, wheel, sdist, folder or index URL; default the newest release)
+#   GATE_CLIENT     speculators==X.Y.Z to gate that client's path over vllm serve (default: 0.3.0's generator)
+#   GATE_JSON       where the JSON report goes (default $RUNNER_TEMP/gate.json)
+#   HARNESS_VENV    the virtual environment to use or create (default $RUNNER_TEMP/harness-gate-venv)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+tmp="${RUNNER_TEMP:-${TMPDIR:-/tmp}}"
+venv="${HARNESS_VENV:-$tmp/harness-gate-venv}"
+if [ ! -x "$venv/bin/harness" ]; then
+  if command -v uv >/dev/null 2>&1; then
+    uv venv --quiet --python "${GATE_PYTHON:-python3}" "$venv"
+    uv pip install --quiet --python "$venv/bin/python" "$root[gate]"
+  else
+    "${GATE_PYTHON:-python3}" -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet "$root[gate]"
+  fi
+fi
+py="$venv/bin/python"
+from="${GATE_FROM:-}"
+if [ -z "$from" ]; then
+  if [ -z "${GATE_LOCK_FILE:-}" ]; then
+    echo "gate: give the vLLM you run now: a lock file (lock-file / GATE_LOCK_FILE) or a version (from / GATE_FROM)" >&2
+    exit 2
+  fi
+  from=$("$py" -m harness.gate.pin "$GATE_LOCK_FILE") || exit 2
+fi
+to="${GATE_TO:-}"
+[ -n "$to" ] || to=$("$py" -m harness.gate.pin --newest) || exit 2
+out="${GATE_JSON:-$tmp/gate.json}"
+args=(gate --from "$from" --to "$to" --json "$out")
+[ -z "${GATE_CLIENT:-}" ] || args+=(--client "$GATE_CLIENT")
+[ -z "${GITHUB_STEP_SUMMARY:-}" ] || args+=(--summary "$GITHUB_STEP_SUMMARY")
+echo "gate: vLLM $from -> $to${GATE_CLIENT:+ ($GATE_CLIENT)}"
+rc=0
+"$venv/bin/harness" "${args[@]}" || rc=$?
+verdict=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["verdict"])' "$out" 2>/dev/null || echo UNDECIDED)
+if [ -n "${GITHUB_OUTPUT:-}" ]; then
+  { echo "verdict=$verdict"; echo "from=$from"; echo "to=$to"; echo "report=$out"; } >> "$GITHUB_OUTPUT"
+fi
+exit "$rc"

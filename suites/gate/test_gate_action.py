@@ -1,0 +1,58 @@
+"""The composite action's script as a downstream job runs it (.github/actions/gate/gate.sh): it installs this
+harness into a fresh virtual environment, reads the team's pin from its lock file, gates the bump, and leaves the
+verdict in $GITHUB_OUTPUT and the Markdown in $GITHUB_STEP_SUMMARY: the same answer the checkout's gate gives.
+Needs uv (the test extra) and the package index the first time; the vLLM sources come from the gate cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from harness.paths import REPO_ROOT
+
+SCRIPT = REPO_ROOT / ".github" / "actions" / "gate" / "gate.sh"
+OLD, NEW = "0.32.0", "0.34.0"
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, cache_dir):
+    """A runner's workspace: a lock file, the step's files, an environment with uv on PATH."""
+    from uv import find_uv_bin
+
+    root = tmp_path_factory.mktemp("job")
+    (root / "work").mkdir()
+    (root / "work" / "uv.lock").write_text(f'version = 1\n[[package]]\nname = "vllm"\nversion = "{OLD}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "GATE_", "GITHUB_", "VIRTUAL_ENV"))}
+    env.update(PATH=f"{os.path.dirname(find_uv_bin())}:{env.get('PATH', '')}", RUNNER_TEMP=str(root),
+               HARNESS_GATE_CACHE=str(cache_dir), HARNESS_VENV=str(root / "venv"),
+               GITHUB_OUTPUT=str(root / "output"), GITHUB_STEP_SUMMARY=str(root / "summary.md"))
+    return root, env
+
+
+def run_step(job, **inputs) -> subprocess.CompletedProcess:
+    root, env = job
+    return subprocess.run(["bash", str(SCRIPT)], cwd=root / "work", env={**env, **inputs}, capture_output=True,
+                          text=True, timeout=900)
+
+
+def test_the_action_gates_the_pin_of_the_lock_file(job, gate):
+    root, _ = job
+    step = run_step(job, GATE_LOCK_FILE="uv.lock", GATE_TO=NEW)
+    rc, report, _ = gate(OLD, NEW)
+    assert step.returncode == rc, step.stdout[-1500:] + step.stderr[-1500:]
+    out = dict(line.split("=", 1) for line in (root / "output").read_text().splitlines())
+    assert out["from"] == OLD and out["to"] == NEW and out["verdict"] == report["verdict"]
+    assert report["verdict"] in (root / "summary.md").read_text()
+    assert not (root / "work" / "reports").exists(), "the step wrote outside its report path"
+
+
+def test_no_pin_is_refused_in_one_line(job):
+    step = run_step(job, GATE_TO=NEW)
+    assert step.returncode == 2 and step.stderr.strip().count("\n") == 0, step.stderr
+    assert "lock file" in step.stderr
+    ranged = job[0] / "work" / "requirements.txt"
+    ranged.write_text("vllm>=0.30\n")
+    step = run_step(job, GATE_LOCK_FILE=str(ranged), GATE_TO=NEW)
+    assert step.returncode == 2 and "a range, not one build" in step.stderr, step.stderr
