@@ -214,6 +214,19 @@ def cmd_matrix_envs(args) -> int:
     return 0
 
 
+def cmd_matrix_issues(args) -> int:
+    """One issue (title, body) per failing build of reports/matrix.json, as JSON: the scheduled matrix files them."""
+    from harness.reporting import issues
+
+    path = Path(args.report_dir) / "matrix.json"
+    try:
+        matrix = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return _fail(f"matrix-issues: {path} is not a merged matrix ({e}); run `python -m harness matrix` first")
+    print(json.dumps(issues.broken_builds(matrix, Path(args.report_dir)), indent=1))
+    return 0
+
+
 def cmd_tox_envs(args) -> int:
     from harness.envs import tox_envs
     from harness.reporting.report import write_atomic
@@ -302,6 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(fn=cmd_bench)
     sub.add_parser("matrix-envs", help="print the matrix envs as a JSON list (for CI fan-out)"
                    ).set_defaults(fn=cmd_matrix_envs)
+    i = sub.add_parser("matrix-issues", help="print one issue (title, body) per failing build of matrix.json, as JSON")
+    i.add_argument("--report-dir", default=str(REPORTS), help="the folder holding matrix.json and <env>.junit.xml")
+    i.set_defaults(fn=cmd_matrix_issues)
     t = sub.add_parser("tox-envs", help="print tox.ini's matrix section, rendered from fixtures/envs/matrix.toml")
     t.add_argument("--write", action="store_true", help="write it (and the `matrix` label) into tox.ini")
     t.set_defaults(fn=cmd_tox_envs)
