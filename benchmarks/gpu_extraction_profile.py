@@ -27,6 +27,11 @@ results equal the streamed hand-off's bit for bit. `--before` first times the pa
 unoptimised copy-out (`harness.runtime.transport.CopyOut(enabled=False)`: speculators' per-prompt copies on the one
 torch thread vLLM leaves the caller, into fresh pages), then as shipped.
 
+`--fast` adds a round of the harness's fast path (`generate(..., fast=True)`, harness.runtime.fast_path: the next
+step scheduled while the worker runs the current one, results as views of the hand-off buffer) on the same engines
+and prompts, paired with plain prefill the same way, and checks its results equal speculators' loop bit for bit;
+`--fast-first` runs that round before speculators' own (to see an order effect).
+
 `--gpu-profile` traces one call per hand-off in the worker (torch profiler, summarised there by
 harness.gpu_trace: kernel time per stream, idle gaps, copies and whether their host memory was pinned, the host's
 CUDA runtime calls).
@@ -69,6 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import flops as model_flops  # noqa: E402 - after the path set-up
 from harness.contracts.base import strip_machine_paths  # noqa: E402
 from harness.prompts import random_prompts  # noqa: E402
+from harness.runtime.executor_view import PendingStep  # noqa: E402
 
 #: Environment variables that change what is measured, recorded in the report beside every VLLM_* one.
 RECORDED_ENV = ("THP_MEM_ALLOC_ENABLE", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF")
@@ -232,6 +238,15 @@ def measure_native(model, plain, prompts, layer_ids, captured_bytes: int, args, 
         shutil.rmtree(storage, ignore_errors=True)
 
 
+def fast_bitwise(gen, prompts) -> bool:
+    """Whether the fast path gives speculators' loop's results bit for bit (one call each)."""
+    import torch
+
+    ref = gen.generate(prompts)
+    res = gen.generate(prompts, fast=True)
+    return all(torch.equal(a, b) for r1, r2 in zip(ref, res) for a, b in zip(r1["hidden_states"], r2["hidden_states"]))
+
+
 def bitwise(gen, prompts, modes: list[str]) -> dict:
     """Whether each hand-off in `modes` gives the streamed one's results bit for bit (one call each)."""
     import torch
@@ -323,11 +338,15 @@ def measure(args) -> dict:
         timer.wrap(gen.executor_view, "collective_rpc", rpc_label)
         phases, kept = [], {}
 
+        timer.wrap(gen.executor_view, "submit_step", "submit_step (send)")
+        timer.wrap(PendingStep, "result", "step wait (forward + capture)")
+        fast = {"on": False}
+
         def ours():
             timer.totals = {}
             t = time.perf_counter()
             kept["results"] = None  # as a training loop would: the previous batch is written out and dropped
-            kept["results"] = gen.generate(prompts)
+            kept["results"] = gen.generate(prompts, fast=fast["on"])
             wall = time.perf_counter() - t
             phases.append(dict(timer.totals, rest=wall - sum(timer.totals.values())))
 
@@ -355,7 +374,21 @@ def measure(args) -> dict:
             gen.copy_out = transport.CopyOut(enabled=False)
             out["before"] = one_round("before: copy-out on vLLM's 1 thread, fresh pages")
             gen.copy_out = transport.CopyOut(workers=1)
+        def fast_round() -> None:
+            fast["on"] = True
+            ahead = gen.steps_ahead
+            out["fast"] = one_round("fast path (next step scheduled during the forward; results as views)")
+            out["fast"]["steps_ahead_per_call"] = (gen.steps_ahead - ahead) / (args.pairs + 1)
+            fast["on"] = False
+            kept["results"] = None
+            out["fast_bitwise_equal_to_speculators_loop"] = fast_bitwise(gen, prompts)
+            print(f"fast path bitwise equal to speculators' loop: {out['fast_bitwise_equal_to_speculators_loop']}")
+
+        if args.fast and args.fast_first:
+            fast_round()
         out["shipped"] = one_round("as shipped (each step's rows leave during the next step)")
+        if args.fast and not args.fast_first:
+            fast_round()
         for mode in args.transports:  # earlier hand-offs, on the same engines (the worker switches)
             out[f"transport_{mode}"] = one_round(f"hand-off {mode!r}", mode)
         if args.transports:  # the shipped hand-off against each earlier one on the same prompts, bit for bit
@@ -412,6 +445,8 @@ def main() -> int:
     p.add_argument("--before", action="store_true", help="first time the unoptimised copy-out (CopyOut off)")
     p.add_argument("--transports", type=lambda v: [x for x in v.split(",") if x], default=[],
                    help="after the shipped round, one round with each earlier hand-off (shm, rpc) and a bitwise check")
+    p.add_argument("--fast", action="store_true", help="a round of the fast path (generate(fast=True)) + bitwise check")
+    p.add_argument("--fast-first", action="store_true", help="with --fast: its round before speculators' loop's")
     p.add_argument("--gpu-profile", action="store_true",
                    help="one traced call per hand-off (shipped and --transports): the worker's GPU time by stream")
     p.add_argument("--native", action="store_true", help="then time vLLM's native export against plain prefill")

@@ -113,6 +113,23 @@ def echo(worker: Any, value: Any) -> Any:
     return value
 
 
+class PendingStep:
+    """A step sent to the workers whose reply is not read yet (`ExecutorView.submit_step`)."""
+
+    def __init__(self, view: "ExecutorView", future: Any, done: Any = None):
+        self.view, self.future, self.done = view, future, done
+
+    def result(self) -> Any:
+        if self.future is None:
+            return self.view._after_step(self.done)
+        try:
+            out = self.future.result()
+        except Exception as exc:
+            self.view._raise_if_dead(exc)
+            raise
+        return self.view._after_step(out)
+
+
 class ExecutorView:
     def __init__(self, real: Any, state: Any, *, rpc_timeout_s: float):
         """`state`: the generator's ShimState (its `disabled` set chooses the shims; shims may read it)."""
@@ -160,6 +177,24 @@ class ExecutorView:
         except Exception as exc:
             self._raise_if_dead(exc)
             raise
+        return self._after_step(out)
+
+    def submit_step(self, scheduler_output: Any) -> "PendingStep":
+        """`execute_model` without waiting for the reply (vLLM's `non_block`): the fast path schedules the next step
+        while the worker runs this one. `PendingStep.result()` waits and then applies the step shims, exactly as
+        `execute_model` does; an executor without `non_block` runs the step at once."""
+        import inspect
+
+        self._raise_if_dead()
+        if "non_block" not in inspect.signature(self.real.execute_model).parameters:
+            return PendingStep(self, None, self.real.execute_model(scheduler_output))
+        try:
+            return PendingStep(self, self.real.execute_model(scheduler_output, non_block=True))
+        except Exception as exc:
+            self._raise_if_dead(exc)
+            raise
+
+    def _after_step(self, out: Any) -> Any:
         self.steps += 1
         for cid, shim in self._step_shims:
             if shim.fn(self, out):

@@ -26,7 +26,7 @@ from typing import Any
 from harness import contracts
 from harness.contracts import chunkedprefill
 from harness.contracts.base import Attach
-from harness.runtime import transport, zmq_contexts
+from harness.runtime import fast_path, transport, zmq_contexts
 from harness.runtime.executor_view import ExecutorView
 from harness.runtime.inputs import (HarnessInputError, check_weights, checked_layer_ids, checked_prompts,
                                    read_model_config, text_config)
@@ -216,6 +216,8 @@ class HarnessGenerator:
         self.layer_ids = list(self.spec.layer_ids)
         self.max_model_len = int(self.spec.vllm_config.model_config.max_model_len)
         self.copy_out = transport.CopyOut(workers=tensor_parallel_size)  # speculators' per-prompt copies
+        self.fast_views = fast_path.Views()  # what the last fast call handed out (see harness.runtime.fast_path)
+        self.steps_ahead = 0  # steps the fast path scheduled while the previous one ran, over all calls
 
     # -- the objects the contracts probe ----------------------------------------------------------
     @property
@@ -239,11 +241,20 @@ class HarnessGenerator:
         return {**worker, **{k: v for k, v in self.executor_view.engaged.items()}}
 
     # -- extraction -------------------------------------------------------------------------------
-    def generate(self, token_ids: list[list[int]]) -> list[dict]:
+    def generate(self, token_ids: list[list[int]], *, fast: bool = False) -> list[dict]:
+        """speculators' `generate` (default), or with `fast=True` the harness's fast path over the same scheduler,
+        requests and capture: the next step scheduled while the worker runs the current one, and the hidden states
+        handed out as views of the hand-off buffer (bitwise the same values; see `harness.runtime.fast_path`)."""
         prompts = checked_prompts(token_ids, self.vocab_size, self.max_model_len)
         limit = self.max_model_len - 1
-        with self.copy_out():
-            results = self.spec.generate(prompts)
+        self.fast_views.detach_views()  # the buffer is about to be written: held views of the last call move out
+        if fast:
+            results, ahead = fast_path.generate(self.spec, prompts)
+            self.steps_ahead += ahead
+            self.fast_views.track(results)
+        else:
+            with self.copy_out():
+                results = self.spec.generate(prompts)
         # speculators captures each distinct layer once, in stack order (a set in the worker); give the
         # user one tensor per requested id, in the order requested.
         order = sorted(set(self.layer_ids))

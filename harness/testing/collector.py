@@ -21,6 +21,9 @@ class Collector:
         self.proofs: dict[str, dict] = {}
         self.skips: list[dict] = []
         self.collected: list[str] = []
+        #: the test files a complete run covers, as they were when the session started (a file added while it
+        #: runs is not something this run left out)
+        self.suite_files: dict[str, list[str]] | None = None
         self.deselected = 0
         self.interrupted: str | None = None
         self.durations: dict[str, float] = {}  # per test: setup + call + teardown

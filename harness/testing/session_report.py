@@ -91,7 +91,10 @@ def skip_reason(report) -> str:
 
 def pytest_configure(config):
     """SIGTERM ends the run the way Ctrl-C does: fixtures tear down (workers stop at once) and the report
-    records the interruption. A second signal while tearing down kills what is left and exits."""
+    records the interruption. A second signal while tearing down kills what is left and exits. Also notes the
+    suites' test files as they are now: what a complete run covers is decided when it starts."""
+    if COLLECTOR.suite_files is None:
+        COLLECTOR.suite_files = suite_files()
     if hasattr(config, "workerinput") or threading.current_thread() is not threading.main_thread():
         return
 
@@ -127,13 +130,19 @@ def pytest_xdist_node_collection_finished(node, ids):
 FULL_RUNS = {"cpu": ("suites/contracts", "suites/e2e", "suites/native", "suites/bad_input"), "gpu": ("suites/gpu",)}
 
 
-def selection(config, col: Collector) -> dict:
-    """What this run selected, and in what way it is a subset of the complete run (`subset`: one line each)."""
+def suite_files() -> dict[str, list[str]]:
+    """The test files of each complete run (FULL_RUNS), relative to the checkout."""
     from harness.paths import REPO_ROOT
 
+    return {kind: sorted(str(p.relative_to(REPO_ROOT)) for d in dirs for p in (REPO_ROOT / d).rglob("test_*.py"))
+            for kind, dirs in FULL_RUNS.items()}
+
+
+def selection(config, col: Collector) -> dict:
+    """What this run selected, and in what way it is a subset of the complete run (`subset`: one line each)."""
     files = sorted({n.split("::")[0] for n in col.collected})
     kind = "gpu" if files and all(f.startswith("suites/gpu/") for f in files) else "cpu"
-    full = sorted(str(p.relative_to(REPO_ROOT)) for d in FULL_RUNS[kind] for p in (REPO_ROOT / d).rglob("test_*.py"))
+    full = (col.suite_files or suite_files())[kind]
     subset = []
     left_out = [f for f in full if f not in files]
     if left_out:

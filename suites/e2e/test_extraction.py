@@ -32,21 +32,6 @@ def max_diff(results, refs) -> float:
                for h, r in zip(res["hidden_states"], ref))
 
 
-@pytest.fixture(params=contracts.E2E_MODELS)
-def run(request, runs, record_e2e, expectations):
-    r = runs(request.param)
-    if r.absent:
-        record_e2e(r.model.name, "runs on this vLLM", "n/a", r.absent)
-        not_applicable(r.absent)
-    if r.generator is None:
-        record_e2e(r.model.name, "runs on this vLLM", "fail", r.failed.text)
-        exp = expectations["table"].get(f"e2e[{r.model.name}]")
-        if exp is not None and exp.outcome.value == "broken":
-            not_applicable(f"expected broken on this vLLM ({exp.reason}), and it reproduces: {r.failed.text}")
-        pytest.fail(f"the shimmed generator did not start on {r.model.name}: {r.failed.text}")
-    return r
-
-
 def test_batch_matches_transformers(run, record_e2e, numerics_expected):
     """A multi-prompt batch (17..131 tokens, several blocks each): shapes, and equality with transformers."""
     model, gen = run.model, run.generator

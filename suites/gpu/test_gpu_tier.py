@@ -90,7 +90,34 @@ def test_same_batch_twice(tier):
     _check(tier, "same batch twice", bitwise or diff <= tol,
            "bitwise equal" if bitwise else f"not bitwise: max abs diff {diff:.3g} (bound {tol:.3g})")
     tier.facts["first_call_bitwise_equal_to_second"] = first_equal
+    tier.facts["same_batch_bitwise"] = bitwise
     assert bitwise or diff <= tol
+
+
+def test_fast_path_equals_speculators_loop(tier):
+    """`generate(..., fast=True)` (harness.runtime.fast_path: the next step scheduled while the forward runs, results
+    as views of the hand-off buffer) against speculators' own loop, on a batch over one step's token budget: bitwise
+    (where the same batch twice is bitwise; else within the tier's bound, said so)."""
+    from harness.runtime import batch_checks
+
+    gen = tier.generator
+    budget = int(gen.vllm_config.scheduler_config.max_num_batched_tokens)
+    big = batch_checks.straddling_batch(budget, gen.vocab_size)
+    theirs = gen.generate(big)
+    ahead = gen.steps_ahead
+    ours = gen.generate(big, fast=True)
+    ahead = gen.steps_ahead - ahead
+    pairs = _pairs(ours, theirs)
+    bitwise = all(torch.equal(a, b) for a, b in pairs)
+    diff = 0.0 if bitwise else max(float((a.float() - b.float()).abs().max()) for a, b in pairs)
+    tol = bound(tier.cfg.dtype, [b for _, b in pairs])
+    deterministic = tier.facts.get("same_batch_bitwise", True)
+    ok = ahead >= 1 and (bitwise or (not deterministic and diff <= tol))
+    _check(tier, "fast path == speculators' loop", ok,
+           f"{len(big)} prompts over a {budget}-token step, {ahead} step(s) scheduled during a forward; "
+           + ("bitwise equal" if bitwise else f"not bitwise: max abs diff {diff:.3g} (bound {tol:.3g})"))
+    assert ahead >= 1, "no step was scheduled while the previous one ran"
+    assert bitwise or (not deterministic and diff <= tol)
 
 
 def test_capture_on_tp_rank0_only(tier):

@@ -1,0 +1,24 @@
+"""The e2e suites' shared fixture: the session's shimmed generator of each tiny model, or the row that says why
+there is none."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import contracts
+from harness.testing.recording import not_applicable
+
+
+@pytest.fixture(params=contracts.E2E_MODELS)
+def run(request, runs, record_e2e, expectations):
+    r = runs(request.param)
+    if r.absent:
+        record_e2e(r.model.name, "runs on this vLLM", "n/a", r.absent)
+        not_applicable(r.absent)
+    if r.generator is None:
+        record_e2e(r.model.name, "runs on this vLLM", "fail", r.failed.text)
+        exp = expectations["table"].get(f"e2e[{r.model.name}]")
+        if exp is not None and exp.outcome.value == "broken":
+            not_applicable(f"expected broken on this vLLM ({exp.reason}), and it reproduces: {r.failed.text}")
+        pytest.fail(f"the shimmed generator did not start on {r.model.name}: {r.failed.text}")
+    return r
