@@ -380,7 +380,6 @@ def measure(args) -> dict:
             out["fast"] = one_round("fast path (next step scheduled during the forward; results as views)")
             out["fast"]["steps_ahead_per_call"] = (gen.steps_ahead - ahead) / (args.pairs + 1)
             fast["on"] = False
-            kept["results"] = None
             out["fast_bitwise_equal_to_speculators_loop"] = fast_bitwise(gen, prompts)
             print(f"fast path bitwise equal to speculators' loop: {out['fast_bitwise_equal_to_speculators_loop']}")
 

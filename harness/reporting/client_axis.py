@@ -141,6 +141,11 @@ WORD = {WORKS: "works", SHIMMED: "shims", PARTIAL: "partial", BROKEN: "**broken*
         NOT_OBSERVED: "not observed"}
 
 
+#: How a "not runnable" reason starts when the vLLM has the path but the build the harness made cannot run it
+#: (harness.native.probes.availability: 0.34 on vLLM's standalone CPU runner, which refuses the native export).
+BUILD_LIMITED = "not runnable on this build"
+
+
 def answer_table(m: dict) -> str:
     """Which vLLM works with which speculators release, one row per vLLM build, one word a cell (the matrix page
     and matrix.json say which shims and why)."""
@@ -153,6 +158,8 @@ def answer_table(m: dict) -> str:
         for r in releases:
             cell = m["clients"][r].get(ver, {"verdict": NOT_OBSERVED})
             word = WORD[cell["verdict"]] + (f" ({', '.join(cell['models'])})" if cell.get("models") else "")
+            if cell["verdict"] == NOT_RUNNABLE and str(cell.get("why", "")).startswith(BUILD_LIMITED):
+                word = "not on this build"  # the path exists on that vLLM; the build made here cannot run it
             cells.append(word + ("" if cell.get("complete", True) else " (partial run)"))
         lines.append(f"| {ver} | {col['status']} | " + " | ".join(cells) + " |")
     return "\n".join(lines + [ANSWER_END])
