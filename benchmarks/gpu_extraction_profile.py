@@ -263,21 +263,22 @@ def bitwise(gen, prompts, modes: list[str]) -> dict:
     return out
 
 
-def gpu_profile(gen, prompts, mode: str) -> dict:
-    """One call with hand-off `mode` under the torch profiler in the worker (harness.gpu_trace); its summary."""
+def gpu_profile(gen, prompts, mode: str, fast: bool = False) -> dict:
+    """One call with hand-off `mode` (on the fast path with `fast`) under the torch profiler in the worker
+    (harness.gpu_trace); its summary."""
     from harness import gpu_trace
 
     view = gen.executor_view
     view.collective_rpc("_harness_set_transport", args=(mode,))
-    gen.generate(prompts)  # the mode's first call after a switch is not the one traced
+    gen.generate(prompts, fast=fast)  # the mode's first call after a switch is not the one traced
     view.collective_rpc("_harness_call", args=(gpu_trace.start,))
     t = time.perf_counter()
-    gen.generate(prompts)
+    gen.generate(prompts, fast=fast)
     wall = time.perf_counter() - t
     summary = view.collective_rpc("_harness_call", args=(gpu_trace.stop,))[0]
     view.collective_rpc("_harness_set_transport", args=("stream",))
     summary["call_s"] = wall
-    print(f"[gpu profile, hand-off {mode!r}] call {wall * 1e3:.1f} ms (traced)")
+    print(f"[gpu profile, hand-off {mode!r}{', fast path' if fast else ''}] call {wall * 1e3:.1f} ms (traced)")
     for sid, s in summary["streams"].items():
         print(f"    stream {sid}: {s['kernels']} kernels {s['kernel_ms']:.1f} ms, covered {s['covered_ms']:.1f} ms, "
               f"span {s['span_ms']:.1f} ms, idle {s['idle_ms']:.1f} ms; copies "
@@ -403,10 +404,10 @@ def measure(args) -> dict:
         out["captured_bytes"] = sum(h.numel() * h.element_size() for r in res for h in r["hidden_states"])
         out["peak_gpu_bytes_extraction_worker"] = gen.executor_view.collective_rpc("_harness_peak_memory")[0]
         out["torch_threads_outside_generate"] = torch.get_num_threads()
-        if args.cprofile:
+        if args.cprofile:  # of the fast path's call where --fast is given
             prof = cProfile.Profile()
             prof.enable()
-            gen.generate(prompts)
+            gen.generate(prompts, fast=args.fast)
             prof.disable()
             s = io.StringIO()
             pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(30)
@@ -414,6 +415,8 @@ def measure(args) -> dict:
             print("\n".join(out["cprofile_top"][:45]))
         if args.gpu_profile:
             out["gpu_profile"] = {m: gpu_profile(gen, prompts, m) for m in ["stream", *args.transports]}
+            if args.fast:
+                out["gpu_profile"]["fast"] = gpu_profile(gen, prompts, "stream", fast=True)
         if args.native:
             layer_ids = list(gen.layer_ids)
             gen.__exit__(None, None, None)  # two engines at a time: ours is measured, the native export takes its place
