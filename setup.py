@@ -9,5 +9,6 @@ DATA = {"harness._fixtures": "fixtures"}
 setup(
     packages=find_packages(include=["harness", "harness.*"]) + list(DATA),
     package_dir=DATA,
-    package_data={name: ["**/*.toml", "**/*.json", "**/*.txt", "**/*.py"] for name in DATA},
+    package_data={**{name: ["**/*.toml", "**/*.json", "**/*.txt", "**/*.py"] for name in DATA},
+                  "harness.reporting": ["templates/*.j2"]},
 )

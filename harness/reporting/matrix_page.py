@@ -3,7 +3,6 @@ filterable by model), and `write()`: reports/matrix.{json,md,html} from the env 
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from pathlib import Path
@@ -64,33 +63,26 @@ def evidence(text: str) -> str:
     return re.sub(r"\s*\|\s*(\|\s*)+", " | ", BOILERPLATE.sub("", text or "")).strip(" |")
 
 
-def _clients_table(m: dict) -> list[str]:
+def _clients(m: dict) -> dict | None:
     """The answer first: one row per vLLM build (newest first), one column per speculators release; each cell a
     glyph and a word, its evidence one click away. Narrow enough for a 1,440 px window without scrolling sideways."""
     from harness.reporting.client_axis import CLIENTS
 
     if not m.get("clients"):
-        return []
-    esc = html.escape
-    out = ["<h2>Which speculators works with which vLLM</h2><div class='scroll'><table id='clients'><thead><tr>"
-           "<th class='corner'>vLLM</th><th>run</th>"]
-    out += [f"<th title='{esc(how)}'>speculators {esc(ver)}</th>" for ver, how in CLIENTS.items()]
-    out.append("</tr></thead><tbody>")
+        return None
+    rows = []
     for c in reversed(m["columns"]):
-        out.append(f"<tr><th class='side'>{esc(c['version'])}</th><td class='status'>{esc(c['status'])}</td>")
+        cells = []
         for ver in CLIENTS:
             cell = m["clients"][ver].get(c["version"], {"verdict": "not observed", "why": "no cell"})
             color, glyph, word = CLIENT_STYLE[cell["verdict"]]
             word += (": " + ", ".join(cell["models"])) if cell.get("models") else ""
             word += "" if cell.get("complete", True) else " (run incomplete)"
-            out.append(f"<td id='client{esc(ver)}@{esc(c['version'])}' class='v' data-verdict='{esc(cell['verdict'])}'"
-                       f" style='background:{color}'><details><summary>{glyph} {esc(word)}</summary>"
-                       f"<div class='evidence'>{esc(evidence(cell['why']))}</div></details></td>")
-        out.append("</tr>")
-    out.append("</tbody></table></div><p class='legend'>" + "".join(
-        f"<span style='background:{color}'>{glyph} {esc(word)}: {esc(verdict)}</span>"
-        for verdict, (color, glyph, word) in CLIENT_STYLE.items()) + "</p>")
-    return out
+            cells.append({"release": ver, "verdict": cell["verdict"], "color": color, "glyph": glyph, "word": word,
+                          "evidence": evidence(cell["why"])})
+        rows.append({"version": c["version"], "status": c["status"], "cells": cells})
+    legend = [(verdict, color, glyph, word) for verdict, (color, glyph, word) in CLIENT_STYLE.items()]
+    return {"releases": list(CLIENTS.items()), "rows": rows, "legend": legend}
 
 
 def _model_of(key: str) -> str:
@@ -98,75 +90,66 @@ def _model_of(key: str) -> str:
     return inner.removeprefix("tiny-").replace("-", "_") if inner else "all"
 
 
-def to_html(m: dict) -> str:
-    """Self-contained (inline CSS and a few lines of script, nothing fetched): a verdict line per version, a
-    colour legend, filters by model and contract, and each cell's evidence one click away (<details>)."""
+#: The page's style and script (inline: the page fetches nothing).
+CSS = ("body{font:13px system-ui,sans-serif;margin:1em}table{border-collapse:separate;border-spacing:0}"
+       "td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;white-space:nowrap}th{background:#f4f4f4}"
+       "thead th,#matrix tr:first-child th{position:sticky;top:0;z-index:2}th.side,#matrix th:first-child"
+       "{position:sticky;left:0;z-index:1}th.corner{z-index:3;left:0}"
+       ".scroll{overflow:auto;max-height:90vh}#clients td.v{min-width:7em}"
+       "td[data-verdict='not observed'],td[data-outcome='not observed']{border:1px dashed #888;color:#555;"
+       "font-style:italic}td[data-verdict='broken'],td[data-outcome='broken'],td[data-outcome='fail']"
+       "{font-weight:600}"
+       "details summary{cursor:pointer}details div{max-width:28em;white-space:pre-wrap;overflow-wrap:anywhere;"
+       "font-size:11px}"
+       ".legend span{display:inline-block;padding:2px 6px;margin:2px;border:1px solid #bbb}"
+       "#verdicts li{margin:2px 0}@media (max-width:600px){body{margin:.3em}td,th{padding:2px 3px}}")
+SCRIPT = ("function f(){var m=document.getElementById('model').value,"
+          "q=document.getElementById('contract').value.toLowerCase();"
+          "document.querySelectorAll('tr.row').forEach(function(r){"
+          "var ok=(m==='all'||r.dataset.model===m||r.dataset.model==='all')&&r.dataset.key.toLowerCase().indexOf(q)>=0;"
+          "r.style.display=ok?'':'none';});}"
+          "document.getElementById('model').onchange=f;document.getElementById('contract').oninput=f;"
+          # A link to a cell (matrix.html#twophase@0.16.0) clicks it: its evidence opens as for a user's click.
+          "function g(){var c=document.getElementById(decodeURIComponent(location.hash.slice(1)));"
+          "if(c&&!c.querySelector('details').open){c.querySelector('summary').click();c.scrollIntoView();}}"
+          "window.onhashchange=g;g();")
+
+
+def _detail(cell: dict) -> str:
+    return "\n".join(x for x in (f"expected: {cell.get('expected')}" if cell.get("expected") else "",
+                                 f"shim: {cell.get('shim')}" if cell.get("shim") else "",
+                                 f"error: {cell.get('error')}" if cell.get("error") else "",
+                                 "proof: {result}: {evidence}".format(**cell["proof"]) if cell.get("proof") else "",
+                                 cell.get("reason") or "",
+                                 f"observed by the {cell['run']}" if cell.get("run") else "") if x)
+
+
+def page_context(m: dict) -> dict:
+    """What the template shows, as plain values (the template escapes every one of them)."""
     cols = m["columns"]
-    esc = html.escape
-    models = sorted({_model_of(k) for k in m["rows"]} - {"all"})
-    out = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-           "<meta name='viewport' content='width=device-width,initial-scale=1'>"
-           "<title>speculators x vLLM matrix</title><style>",
-           "body{font:13px system-ui,sans-serif;margin:1em}table{border-collapse:separate;border-spacing:0}",
-           "td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;white-space:nowrap}th{background:#f4f4f4}",
-           "thead th,#matrix tr:first-child th{position:sticky;top:0;z-index:2}th.side,#matrix th:first-child"
-           "{position:sticky;left:0;z-index:1}th.corner{z-index:3;left:0}",
-           ".scroll{overflow:auto;max-height:90vh}#clients td.v{min-width:7em}",
-           "td[data-verdict='not observed'],td[data-outcome='not observed']{border:1px dashed #888;color:#555;"
-           "font-style:italic}td[data-verdict='broken'],td[data-outcome='broken'],td[data-outcome='fail']"
-           "{font-weight:600}",
-           "details summary{cursor:pointer}details div{max-width:28em;white-space:pre-wrap;overflow-wrap:anywhere;"
-           "font-size:11px}",
-           ".legend span{display:inline-block;padding:2px 6px;margin:2px;border:1px solid #bbb}",
-           "#verdicts li{margin:2px 0}@media (max-width:600px){body{margin:.3em}td,th{padding:2px 3px}}",
-           "</style></head><body><h1>speculators &times; vLLM: compatibility matrix</h1>"]
-    out += _clients_table(m)
-    out += ["<h2>speculators 0.3.0: verdicts per vLLM</h2>", "<ul id='verdicts'>"]
-    out += [f"<li data-version='{esc(v)}'><b>vLLM {esc(v)}</b>: {esc(text)}</li>" for v, text in verdicts(m).items()]
-    out.append("</ul><p class='legend'>" + "".join(
-        f"<span style='background:{COLORS[k]}'>{esc(k)}: {esc(t)}</span>" for k, t in LEGEND) + f"<span>{PROOF_MARK}: shimmed, "
-        "but the run did not prove the shim needed and sufficient</span></p>")
-    out.append("<p>Model <select id='model'><option value='all'>all</option>" + "".join(
-        f"<option value='{esc(x)}'>{esc(x)}</option>" for x in models) + "</select> Contract <input id='contract' "
-        "placeholder='e.g. twophase'> (rows <code>native*</code> are vLLM's own export, 0.17+). Click a cell for its "
-        "evidence.</p><div class='scroll'><table id='matrix'><tr><th>contract</th>")
-    out += [f"<th style='background:{COLORS.get(c['status'], '#f4f4f4')}' title='"
-            + esc("; ".join(g["what"] for g in c.get("incomplete", []))) + f"'>{esc(c['version'])}<br>"
-            f"<small>{esc(c['status'])}</small></th>" for c in cols]
-    out.append("</tr>")
-    for key, cells in m["rows"].items():
-        out.append(f"<tr class='row' data-key='{esc(key)}' data-model='{esc(_model_of(key))}'>"
-                   f"<th style='text-align:left'>{esc(key)}</th>")
-        for c in cols:
-            cell = cells[c["version"]]
-            o = cell["outcome"]
-            detail = "\n".join(x for x in (f"expected: {cell.get('expected')}" if cell.get("expected") else "",
-                                           f"shim: {cell.get('shim')}" if cell.get("shim") else "",
-                                           f"error: {cell.get('error')}" if cell.get("error") else "",
-                                           "proof: {result}: {evidence}".format(**cell["proof"]) if cell.get("proof") else "",
-                                           cell.get("reason") or "",
-                                           f"observed by the {cell['run']}" if cell.get("run") else "") if x)
-            out.append(f"<td class='cell' id='{esc(key)}@{esc(c['version'])}' data-outcome='{esc(o)}' "
-                       f"style='background:{COLORS.get(o, '#fff')}'><details>"
-                       f"<summary>{esc(short_cell(cell, markdown=False))}</summary><div class='evidence'>{esc(evidence(detail))}</div>"
-                       "</details></td>")
-        out.append("</tr>")
-    out.append("<tr><th>wall s</th>" + "".join(f"<td>{esc(str(c.get('wall_s', '—')))}</td>" for c in cols) + "</tr>")
-    out.append("<tr><th>extraction / prefill</th>" + "".join(
-        f"<td>{esc(bench_cell(c.get('benchmark')))}</td>" for c in cols) + "</tr>")
-    out.append("</table></div><script>"
-               "function f(){var m=document.getElementById('model').value,"
-               "q=document.getElementById('contract').value.toLowerCase();"
-               "document.querySelectorAll('tr.row').forEach(function(r){"
-               "var ok=(m==='all'||r.dataset.model===m||r.dataset.model==='all')&&r.dataset.key.toLowerCase().indexOf(q)>=0;"
-               "r.style.display=ok?'':'none';});}"
-               "document.getElementById('model').onchange=f;document.getElementById('contract').oninput=f;"
-               # A link to a cell (matrix.html#twophase@0.16.0) clicks it: its evidence opens as for a user's click.
-               "function g(){var c=document.getElementById(decodeURIComponent(location.hash.slice(1)));"
-               "if(c&&!c.querySelector('details').open){c.querySelector('summary').click();c.scrollIntoView();}}"
-               "window.onhashchange=g;g();"
-               "</script></body></html>\n")
-    return "".join(out)
+    columns = [{"version": c["version"], "status": c["status"], "color": COLORS.get(c["status"], "#f4f4f4"),
+                "gaps": "; ".join(g["what"] for g in c.get("incomplete", [])), "wall_s": str(c.get("wall_s", "—")),
+                "bench": bench_cell(c.get("benchmark"))} for c in cols]
+    rows = [{"key": key, "model": _model_of(key),
+             "cells": [{"version": c["version"], "outcome": cells[c["version"]]["outcome"],
+                        "color": COLORS.get(cells[c["version"]]["outcome"], "#fff"),
+                        "short": short_cell(cells[c["version"]], markdown=False),
+                        "evidence": evidence(_detail(cells[c["version"]]))} for c in cols]}
+            for key, cells in m["rows"].items()]
+    return {"css": CSS, "script": SCRIPT, "clients": _clients(m), "verdicts": list(verdicts(m).items()),
+            "legend": [(k, COLORS[k], t) for k, t in LEGEND], "proof_mark": PROOF_MARK,
+            "models": sorted({_model_of(k) for k in m["rows"]} - {"all"}), "columns": columns, "rows": rows}
+
+
+def to_html(m: dict) -> str:
+    """Self-contained (inline CSS and a few lines of script, nothing fetched): the answer table, a verdict line per
+    version, a colour legend, filters by model and contract, and each cell's evidence one click away (<details>).
+    Rendered by jinja2 with autoescaping from templates/matrix.html.j2."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("harness.reporting", "templates"),
+                             autoescape=True, keep_trailing_newline=True)
+    return env.get_template("matrix.html.j2").render(page_context(m))
 
 
 def write(report_dir: Path = REPORTS) -> dict:

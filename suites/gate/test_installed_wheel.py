@@ -89,3 +89,19 @@ def test_the_gate_from_the_wheel_answers_as_the_checkout(installed, gate):
     assert sorted(map(key, installed_report["findings"])) == sorted(map(key, checkout_report["findings"]))
     added = {p for p in site_packages(script).rglob("*")} - before
     assert not [p for p in added if "__pycache__" not in p.parts], sorted(added)[:5]
+
+
+def test_the_matrix_page_from_the_wheel(installed):
+    """The page's template ships in the wheel: the committed env reports merged from there give the same page."""
+    import shutil
+
+    script, work, env = installed
+    folder = work / "merged"
+    folder.mkdir()
+    for report in (REPO_ROOT / "reports").glob("*.json"):  # env reports, their supplements and client rows
+        if not report.name.startswith("gate-"):  # matrix.json too: the merge keeps its earlier subset rows
+            shutil.copy(report, folder)
+    merged = _run([str(script), "matrix", "--report-dir", str(folder)], cwd=work, env=env)
+    assert merged.returncode in (0, 1, 3), merged.stderr[-1500:]
+    page = (folder / "matrix.html").read_text()
+    assert page == (REPO_ROOT / "reports" / "matrix.html").read_text()

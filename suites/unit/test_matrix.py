@@ -105,3 +105,16 @@ def test_a_new_matrix_entry_is_rendered_into_tox_ini_and_its_label(tmp_path, mon
     monkeypatch.undo()
     assert tox_envs.render_tox_ini((REPO_ROOT / "tox.ini").read_text()) == (REPO_ROOT / "tox.ini").read_text(), \
         "tox.ini is out of date: run `python -m harness tox-envs --write`"
+
+
+def test_the_page_escapes_what_the_reports_say(tmp_path):
+    """Evidence comes from vLLM's error text: markup in it is shown, never run (jinja2 autoescapes every value)."""
+    env = next(iter(tox_envs.versions().values()))["env"]
+    hostile = "<script>alert('x')</script> & \"quoted\""
+    c = {"contract": "sched", "outcome": "broken", "expected": "broken", "shim": None, "reason": hostile,
+         "unshimmed": {"error": hostile}}
+    (tmp_path / f"{env}.json").write_text(json.dumps(_report(env, [c])))
+    page = matrix_page.to_html(matrix.merge(tmp_path))
+    assert "<script>alert" not in page
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &#34;quoted&#34;" in page
+    assert page.count("<script>") == 1, "only the page's own script"
