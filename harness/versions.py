@@ -53,6 +53,30 @@ def device_type() -> str:
     return str(current_platform.device_type)
 
 
+#: CPU flags (from /proc/cpuinfo) that change what vLLM's CPU build does: an AMX CPU gets the AMX MLA backend
+#: (bfloat16 weights only) from 0.30, where other CPUs get the reference CPU MLA backend.
+CPU_FLAGS = ("amx_tile", "avx512_bf16", "avx512f")
+
+
+def cpu() -> dict:
+    """This machine's CPU model and the flags of CPU_FLAGS it has; facts["amx"] for expectations' `on_amx`."""
+    model, flags = "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and not model:
+                    model = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    return {"model": model or platform.processor() or "unknown", "flags": [f for f in CPU_FLAGS if f in flags],
+            "amx": "amx_tile" in flags}
+
+
 def snapshot(with_platform: bool = True) -> dict:
     dist, ver = vllm_distribution()
     out = {
@@ -60,6 +84,8 @@ def snapshot(with_platform: bool = True) -> dict:
         "speculators": optional_version("speculators"), "torch": optional_version("torch"),
         "transformers": optional_version("transformers"), "python": platform.python_version(),
         "machine": platform.machine(), "cpus": os.cpu_count(),
+        "cpu": "{model} ({flags})".format(model=cpu()["model"], flags=", ".join(cpu()["flags"]) or "none of "
+                                          + ", ".join(CPU_FLAGS)),
     }
     if with_platform:
         out["device_type"] = device_type()

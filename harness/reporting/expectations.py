@@ -54,8 +54,29 @@ def _line_of(text: str, key: str) -> int:
     return 0
 
 
-def load_file(path: Path) -> dict[str, Expectation]:
-    """Parsed and validated; any defect raises BadExpectations with `file:line:column: what`."""
+#: Platform facts an entry may name as `on_<fact> = { outcome = ..., reason = ... }`: where this machine has the
+#: fact, that outcome is expected instead (vLLM's CPU build takes another path on such a CPU).
+FACTS = {"amx": "on CPUs with AMX"}
+
+
+def platform_facts() -> dict[str, bool]:
+    from harness.versions import cpu
+
+    return {"amx": cpu()["amx"]}
+
+
+def _entry(entry, where: str) -> None:
+    if not isinstance(entry, dict):
+        raise BadExpectations(f"{where}: must be {{ outcome = ..., reason = ... }}")
+    if entry.get("outcome") not in OUTCOMES:
+        raise BadExpectations(f"{where}: outcome {entry.get('outcome')!r} is not one of {sorted(OUTCOMES)}")
+    if not entry.get("reason"):
+        raise BadExpectations(f"{where}: every expectation needs a reason")
+
+
+def load_file(path: Path, facts: dict[str, bool] | None = None) -> dict[str, Expectation]:
+    """Parsed and validated; any defect raises BadExpectations with `file:line:column: what`. An entry's
+    `on_<fact>` variant applies where `facts` (default: this machine's) has that fact."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -74,13 +95,21 @@ def load_file(path: Path) -> dict[str, Expectation]:
     out = {}
     for key, entry in contracts.items():
         where = f"{path}:{_line_of(text, key)}:1: {key}"
-        if not isinstance(entry, dict):
-            raise BadExpectations(f"{where}: must be {{ outcome = ..., reason = ... }}")
-        if entry.get("outcome") not in OUTCOMES:
-            raise BadExpectations(f"{where}: outcome {entry.get('outcome')!r} is not one of {sorted(OUTCOMES)}")
-        if not entry.get("reason"):
-            raise BadExpectations(f"{where}: every expectation needs a reason")
-        out[key] = Expectation(key, Outcome(entry["outcome"]), entry["reason"])
+        _entry(entry, where)
+        chosen = entry
+        for name, variant in entry.items():
+            if not name.startswith("on_"):
+                continue
+            fact = name[3:]
+            if fact not in FACTS:
+                raise BadExpectations(f"{where}: {name}: no such platform fact (known: "
+                                      + ", ".join(f"on_{f}" for f in FACTS) + ")")
+            _entry(variant, f"{where}.{name}")
+            if facts is None:
+                facts = platform_facts()
+            if facts.get(fact):
+                chosen = {**variant, "reason": f"{FACTS[fact]}: {variant['reason']}"}
+        out[key] = Expectation(key, Outcome(chosen["outcome"]), chosen["reason"])
     return out
 
 

@@ -143,7 +143,7 @@ def build(env: str, meta: dict, contracts: list[dict], e2e: list[dict], tiers: d
     rep = {
         "schema": SCHEMA, "env": env, "generated_at": now(), "status": None, "incomplete": [],
         "versions": {k: meta.get(k) for k in ("vllm", "vllm_distribution", "speculators", "torch", "transformers", "python")},
-        "platform": {k: meta.get(k) for k in ("device_type", "machine", "cpus", "runtime")},
+        "platform": {k: meta.get(k) for k in ("device_type", "machine", "cpus", "cpu", "runtime")},
         "build": meta.get("build"),
         "expectations_file": expectations_file,
         "contracts": sorted(contracts, key=lambda c: c["contract"]),
@@ -175,7 +175,8 @@ def markdown(rep: dict) -> str:
         "",
         f"vLLM {v.get('vllm')} ({v.get('vllm_distribution')}), speculators {v.get('speculators')}, torch {v.get('torch')}, "
         f"transformers {v.get('transformers')}, Python {v.get('python')}; platform {p.get('device_type')} "
-        f"({p.get('machine')}, {p.get('cpus')} CPUs). Generated {rep['generated_at']}.",
+        f"({p.get('machine')}, {p.get('cpus')} CPUs" + (f"; {p['cpu']}" if p.get("cpu") else "")
+        + f"). Generated {rep['generated_at']}.",
         "",
         *build_lines(rep),
         "| contract | observed | expected | shim | proof | evidence |",

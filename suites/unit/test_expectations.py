@@ -102,3 +102,20 @@ def test_matrix_versions_sort_by_pep_440(tmp_path, monkeypatch):
     matrix.write_text("".join(entry.format(v=v, n=i) for i, v in enumerate(["0.12.0", "0.11.1.post2", "0.11.1"])))
     monkeypatch.setattr(tox_envs, "MATRIX_FILE", matrix)
     assert list(tox_envs.versions()) == ["0.11.1", "0.11.1.post2", "0.12.0"]
+
+
+def test_a_platform_variant_applies_only_where_the_machine_has_the_fact(tmp_path):
+    """vLLM 0.30+ on an AMX CPU takes the AMX MLA backend (bfloat16 only); elsewhere the reference CPU MLA backend:
+    one entry, two observed outcomes, chosen by this machine's CPU flags."""
+    f = tmp_path / "vllm-9.9.9-cpu.toml"
+    f.write_text('[contracts]\n"mla[m]" = { outcome = "native", reason = "runs", '
+                 'on_amx = { outcome = "shimmed", reason = "AMX backend is bf16 only" } }\n')
+    assert expectations.load_file(f, facts={"amx": False})["mla[m]"].outcome.value == "native"
+    amx = expectations.load_file(f, facts={"amx": True})["mla[m]"]
+    assert amx.outcome.value == "shimmed" and amx.reason == "on CPUs with AMX: AMX backend is bf16 only"
+    f.write_text('[contracts]\nx = { outcome = "native", reason = "r", on_gpu = { outcome = "broken", reason = "b" } }\n')
+    with pytest.raises(expectations.BadExpectations, match=r"on_gpu: no such platform fact \(known: on_amx\)"):
+        expectations.load_file(f, facts={})
+    f.write_text('[contracts]\nx = { outcome = "native", reason = "r", on_amx = { outcome = "fine", reason = "b" } }\n')
+    with pytest.raises(expectations.BadExpectations, match=r"x.on_amx: outcome 'fine'"):
+        expectations.load_file(f, facts={})
