@@ -17,7 +17,7 @@ from typing import Any
 
 from harness import contracts
 from harness.contracts.base import Attach
-from harness.runtime import transport
+from harness.runtime import shm_orphans, transport
 
 
 #: The RPC speculators sends once a batch's requests are added, before its first step.
@@ -241,8 +241,8 @@ class ExecutorView:
             try:
                 self.real.shutdown()
             finally:
-                transport.discard_files(pids)  # a worker killed mid-batch leaves its buffer unmapped by us
-                transport.discard_segments(self._segments)  # and its reply queue (the workers have exited by now)
+                shm_orphans.discard_files(pids)  # a worker killed mid-batch leaves its buffer unmapped by us
+                shm_orphans.discard_segments(self._segments)  # and its reply queue (the workers have exited by now)
 
     @property
     def closed(self) -> bool:

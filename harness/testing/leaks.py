@@ -9,6 +9,7 @@ import time
 import pytest
 
 from harness.processes import SESSION_PROCESSES, children, reap
+from harness.runtime.shm_orphans import mapped_shm
 from harness.runtime.transport import SHM
 
 
@@ -35,23 +36,6 @@ def shm_entries() -> set[str]:
         return set()
 
 
-def mapped_shm() -> set[str]:
-    """Names in /dev/shm that some live process maps (a segment in use is not a leak)."""
-    names = set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                for line in f:
-                    i = line.find(SHM + "/")
-                    if i >= 0:
-                        names.add(line[i + len(SHM) + 1:].split()[0])
-        except OSError:
-            continue
-    return names
-
-
 #: multiprocessing's named semaphores: unlinked by their creator's resource tracker when the creator exits, which
 #: for this process is after the session (seen: one left at session end, none once the process had exited). A
 #: child killed together with its tracker leaks them; the tests that kill children let the tracker live instead.
@@ -63,7 +47,7 @@ def shm_left(before: set[str], wait_s: float = 10.0) -> set[str]:
     (waiting up to `wait_s` for owners that are still shutting down to unlink theirs)."""
     deadline = time.monotonic() + wait_s
     while True:
-        left = {n for n in (shm_entries() - before) - mapped_shm() if not n.startswith(TRACKED_AT_EXIT)}
+        left = {n for n in (shm_entries() - before) - mapped_shm(SHM) if not n.startswith(TRACKED_AT_EXIT)}
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.5)

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from harness.runtime import transport
+from harness.runtime import shm_orphans, transport
 from harness.runtime.pinning import Pins
 
 
@@ -118,5 +118,5 @@ def test_files_left_by_stopped_workers_are_discarded(tmp_path):
     its workers' pids, and only those."""
     for name in ("harness-states-123-a", "harness-states-123-b", "harness-states-1234-c", "other"):
         (tmp_path / name).write_bytes(b"x")
-    assert sorted(transport.discard_files([123], str(tmp_path))) == ["harness-states-123-a", "harness-states-123-b"]
+    assert sorted(shm_orphans.discard_files([123], str(tmp_path))) == ["harness-states-123-a", "harness-states-123-b"]
     assert sorted(os.listdir(tmp_path)) == ["harness-states-1234-c", "other"]
