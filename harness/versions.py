@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import platform
@@ -58,6 +59,7 @@ def device_type() -> str:
 CPU_FLAGS = ("amx_tile", "avx512_bf16", "avx512f")
 
 
+@functools.cache
 def cpu() -> dict:
     """This machine's CPU model and the flags of CPU_FLAGS it has; facts["amx"] for expectations' `on_amx`."""
     model, flags = "", set()
@@ -84,8 +86,7 @@ def snapshot(with_platform: bool = True) -> dict:
         "speculators": optional_version("speculators"), "torch": optional_version("torch"),
         "transformers": optional_version("transformers"), "python": platform.python_version(),
         "machine": platform.machine(), "cpus": os.cpu_count(),
-        "cpu": "{model} ({flags})".format(model=cpu()["model"], flags=", ".join(cpu()["flags"]) or "none of "
-                                          + ", ".join(CPU_FLAGS)),
+        "cpu": f"{cpu()['model']} ({', '.join(cpu()['flags']) or 'none of ' + ', '.join(CPU_FLAGS)})",
     }
     if with_platform:
         out["device_type"] = device_type()

@@ -12,6 +12,7 @@ becomes a clear `WorkerTimeout`, not a hang), and `shutdown()` is idempotent.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -183,16 +184,21 @@ class ExecutorView:
         """`execute_model` without waiting for the reply (vLLM's `non_block`): the fast path schedules the next step
         while the worker runs this one. `PendingStep.result()` waits and then applies the step shims, exactly as
         `execute_model` does; an executor without `non_block` runs the step at once."""
-        import inspect
-
         self._raise_if_dead()
-        if "non_block" not in inspect.signature(self.real.execute_model).parameters:
+        if not self._non_block:
             return PendingStep(self, None, self.real.execute_model(scheduler_output))
         try:
             return PendingStep(self, self.real.execute_model(scheduler_output, non_block=True))
         except Exception as exc:
             self._raise_if_dead(exc)
             raise
+
+    @functools.cached_property
+    def _non_block(self) -> bool:
+        """Whether the real executor's `execute_model` takes `non_block` (read once, not on every step)."""
+        import inspect
+
+        return "non_block" in inspect.signature(self.real.execute_model).parameters
 
     def _after_step(self, out: Any) -> Any:
         self.steps += 1

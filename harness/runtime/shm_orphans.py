@@ -1,6 +1,5 @@
 """What dead workers leave in /dev/shm, removed: the harness's hand-off buffers of killed workers and the reply
-queues (psm_*) of workers killed by a signal, GiBs or ~10 MiB each that would stay until reboot; and which names
-live processes map (the suites' leak check)."""
+queues (psm_*) of workers killed by a signal, GiBs or ~10 MiB each that would stay until reboot."""
 
 from __future__ import annotations
 
@@ -26,23 +25,6 @@ def discard_files(pids, directory: str = SHM) -> list[str]:
             except FileNotFoundError:
                 pass
     return gone
-
-
-def mapped_shm(directory: str = SHM) -> set[str]:
-    """Names in `directory` that some live process maps (a segment in use is never an orphan)."""
-    names = set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                for line in f:
-                    i = line.find(directory + "/")
-                    if i >= 0:
-                        names.add(line[i + len(directory) + 1:].split()[0])
-        except OSError:
-            continue
-    return names
 
 
 def discard_segments(names, directory: str = SHM) -> list[str]:
