@@ -77,6 +77,15 @@ class TinyModel:
     def architecture(self) -> str:
         return self.hf_config["architectures"][0]
 
+    def absent_from_vllm(self) -> str | None:
+        """Why the installed vLLM cannot run this model at all (its architecture is not registered yet), or None.
+        Rows of such a model are n/a, never broken: 0.11-0.14 predate Kimi-K2.5's wrapper, for example."""
+        from vllm.model_executor.models import ModelRegistry
+
+        if self.architecture in ModelRegistry.get_supported_archs():
+            return None
+        return f"{self.architecture} is not in this vLLM's model registry"
+
 
 def cache_dir() -> Path:
     """Where generated checkpoints live (`HARNESS_CACHE_DIR`, else `<repo>/.cache/models`)."""

@@ -33,14 +33,6 @@ class ModelRun:
         return Observation(contract, why, None, {"start": self.failed.text}, subject=self.model.subject)
 
 
-def missing_architecture(arch: str) -> str | None:
-    from vllm.model_executor.models import ModelRegistry
-
-    if arch in ModelRegistry.get_supported_archs():
-        return None
-    return f"{arch} is not in this vLLM's model registry"
-
-
 def _start(name: str) -> ModelRun:
     from harness import models
     from harness.contracts import mla
@@ -50,7 +42,7 @@ def _start(name: str) -> ModelRun:
 
     model = models.build(name)
     tc = model.text_config
-    absent = missing_architecture(model.architecture)
+    absent = model.absent_from_vllm()
     if absent:
         return ModelRun(model, None, None, None, absent=absent)
     gen, start, with_env, mla_start = mla.start(model, lambda: HarnessGenerator(

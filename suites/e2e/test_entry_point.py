@@ -11,6 +11,8 @@ import sys
 
 from harness import models
 from harness.contracts import mla
+from harness.native.engine_log import root_cause
+from harness.testing.recording import not_applicable
 
 _CHILD = '''
 import json, os, sys
@@ -22,14 +24,23 @@ print("RESULT", json.dumps({"rows": [[int(h.shape[0]) for h in r["hidden_states"
 '''
 
 
-def test_patched_generator_starts_tiny_kimi_with_no_other_call(runs, record_e2e):
+def test_patched_generator_starts_tiny_kimi_with_no_other_call(record_e2e, expectations):
     model = models.build("tiny-kimi-k25")
+    absent = model.absent_from_vllm()
+    if absent:
+        record_e2e(model.name, "patched_generator(path) starts with no other call", "n/a", absent)
+        not_applicable(absent)
     env = {k: v for k, v in os.environ.items() if k != mla.ENV}
     proc = subprocess.run([sys.executable, "-c", f"if __name__ == '__main__':\n    exec({_CHILD!r})", str(model.path)],
                           capture_output=True, text=True, timeout=600, env=env)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-    errors = [x for x in (proc.stdout + proc.stderr).splitlines() if "Error" in x][-3:]
-    assert proc.returncode == 0 and line, f"exit {proc.returncode}: {errors}"
+    if proc.returncode != 0 or not line:
+        cause = root_cause(proc.stdout + "\n" + proc.stderr) or f"exit {proc.returncode}, no exception in its output"
+        record_e2e(model.name, "patched_generator(path) starts with no other call", "fail", cause)
+        exp = expectations["table"].get(f"e2e[{model.name}]")
+        if exp is not None and exp.outcome.value == "broken":  # vLLM's own fault on this build, declared and reproduced
+            not_applicable(f"expected broken on this vLLM ({exp.reason}), and it reproduces: {cause}")
+        raise AssertionError(cause)
     got = json.loads(line.split(" ", 1)[1])
     assert got["rows"] == [[4], [2]], got
     record_e2e("tiny-kimi-k25", "patched_generator(path) starts with no other call", "pass",
