@@ -62,6 +62,9 @@ def reap(pids) -> None:
         except psutil.Error:
             pass
     psutil.wait_procs(procs, timeout=10)
+    from harness.runtime.shm_orphans import discard_openmp_registrations
+
+    discard_openmp_registrations([p.pid for p in procs])  # a killed process cannot unregister itself
 
 
 #: Processes of session-scoped generators, which outlive single tests by design (closed at session end).

@@ -55,22 +55,31 @@ def _start(name: str) -> ModelRun:
 
 @pytest.fixture(scope="session")
 def runs():
-    """`runs(name)`: the session's shared ModelRun for a tiny model, started on first use."""
+    """`runs(name)`: the session's shared ModelRun for a tiny model, started on first use (and again after it
+    was closed to make room for another: harness.testing.room)."""
     from harness.processes import adopt_session_processes
+    from harness.testing import room
 
-    started: dict[str, ModelRun] = {}
+    started: dict[str, ModelRun] = {}  # in order of last use, oldest first
+
+    def close(run: ModelRun) -> None:
+        if run.generator is not None:
+            run.ctx.close()
+            run.generator.close()
 
     def get(name: str) -> ModelRun:
         if name not in started:
+            live = [(n, r.generator) for n, r in started.items() if r.generator is not None]
+            for other in room.to_close(live):
+                close(started.pop(other))
             started[name] = _start(name)
             adopt_session_processes()
+        started[name] = started.pop(name)  # most recently used last
         return started[name]
 
     yield get
     for run in started.values():
-        if run.generator is not None:
-            run.ctx.close()
-            run.generator.close()
+        close(run)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,5 +1,6 @@
-"""What dead workers leave in /dev/shm, removed: the harness's hand-off buffers of killed workers and the reply
-queues (psm_*) of workers killed by a signal, GiBs or ~10 MiB each that would stay until reboot."""
+"""What dead workers leave in /dev/shm, removed: the harness's hand-off buffers of killed workers, the reply
+queues (psm_*) of workers killed by a signal, GiBs or ~10 MiB each that would stay until reboot, and the Intel
+OpenMP runtime's registration file of a killed process."""
 
 from __future__ import annotations
 
@@ -8,10 +9,45 @@ import os
 from harness.runtime.transport import SHM
 
 
+#: Intel OpenMP (libiomp5, which vLLM 0.18's CPU env preloads into every process) registers each process as
+#: this file + its pid and unlinks it at a normal exit; a process killed by a signal leaves it behind.
+OPENMP_REGISTRATION = "__KMP_REGISTERED_LIB_"
+
+
+def discard_openmp_registrations(pids, directory: str = SHM) -> list[str]:
+    """Unlink the OpenMP registration files of these processes where they have exited (never a live one's)."""
+    gone = []
+    for pid in pids:
+        name = f"{OPENMP_REGISTRATION}{pid}"
+        if _alive(pid):
+            continue
+        try:
+            os.unlink(os.path.join(directory, name))
+            gone.append(name)
+        except OSError:
+            pass
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie has exited: only its exit status is left
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def discard_files(pids, directory: str = SHM) -> list[str]:
     """Unlink the buffers these (stopped) worker processes left in `directory`: a worker killed mid-batch, or
-    one whose last buffer the caller never mapped, leaves its file behind (GiBs at real shapes). Returns them."""
-    gone = []
+    one whose last buffer the caller never mapped, leaves its file behind (GiBs at real shapes), and the OpenMP
+    registration of a killed one. Returns them."""
+    gone = discard_openmp_registrations(pids, directory)
     for pid in pids:
         prefix = f"harness-states-{pid}-"
         try:

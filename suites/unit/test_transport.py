@@ -120,3 +120,20 @@ def test_files_left_by_stopped_workers_are_discarded(tmp_path):
         (tmp_path / name).write_bytes(b"x")
     assert sorted(shm_orphans.discard_files([123], str(tmp_path))) == ["harness-states-123-a", "harness-states-123-b"]
     assert sorted(os.listdir(tmp_path)) == ["harness-states-1234-c", "other"]
+
+
+def test_openmp_registrations_of_killed_processes_are_removed_and_a_live_ones_kept(tmp_path):
+    """Intel OpenMP names each process's registration file by pid and unlinks it only at a normal exit: a
+    SIGKILLed process (vLLM 0.18's env preloads libiomp5 into workers the suites kill) leaves it in /dev/shm."""
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead.kill()
+    dead.wait()
+    live = os.getpid()
+    for pid in (dead.pid, live):
+        (tmp_path / f"{shm_orphans.OPENMP_REGISTRATION}{pid}").write_bytes(b"0x1-cafe-libomp.so")
+    gone = shm_orphans.discard_files([dead.pid, live], str(tmp_path))
+    assert gone == [f"{shm_orphans.OPENMP_REGISTRATION}{dead.pid}"]
+    assert os.listdir(tmp_path) == [f"{shm_orphans.OPENMP_REGISTRATION}{live}"]
