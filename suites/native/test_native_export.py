@@ -55,6 +55,7 @@ def natives(runs):
     def get(name: str) -> NativeRun:
         if name not in started:
             started[name] = start(name, runs(name))
+        started[name].ours = runs(name)  # the shared run may have been closed for room and started again since
         return started[name]
 
     yield get
