@@ -1,6 +1,6 @@
 """What dead workers leave in /dev/shm, removed: the harness's hand-off buffers of killed workers, the reply
 queues (psm_*) of workers killed by a signal, GiBs or ~10 MiB each that would stay until reboot, and the Intel
-OpenMP runtime's registration file of a killed process."""
+OpenMP runtime's registration files of processes that ended without unregistering."""
 
 from __future__ import annotations
 
@@ -9,17 +9,27 @@ import os
 from harness.runtime.transport import SHM
 
 
-#: Intel OpenMP (libiomp5, which vLLM 0.18's CPU env preloads into every process) registers each process as
-#: this file + its pid and unlinks it at a normal exit; a process killed by a signal leaves it behind.
+#: Intel OpenMP (libiomp5, which vLLM 0.18's CPU env preloads into every process) registers each process as a file
+#: named by this prefix, its pid and its uid, and unlinks it in a library destructor: a process killed by a signal,
+#: or ended by os._exit as multiprocessing's children are, leaves it behind.
 OPENMP_REGISTRATION = "__KMP_REGISTERED_LIB_"
 
 
-def discard_openmp_registrations(pids, directory: str = SHM) -> list[str]:
-    """Unlink the OpenMP registration files of these processes where they have exited (never a live one's)."""
+def openmp_registration_pid(name: str) -> int | None:
+    """The pid an OpenMP registration file is named after (None for any other name)."""
+    if not name.startswith(OPENMP_REGISTRATION):
+        return None
+    head = name[len(OPENMP_REGISTRATION):].split("_", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def discard_openmp_registrations(pids=None, directory: str = SHM) -> list[str]:
+    """Unlink the OpenMP registration files of these processes (of any, where None) that have exited; a live
+    process's own registration is never touched."""
     gone = []
-    for pid in pids:
-        name = f"{OPENMP_REGISTRATION}{pid}"
-        if _alive(pid):
+    for name in sorted(entries(directory)):
+        pid = openmp_registration_pid(name)
+        if pid is None or (pids is not None and pid not in pids) or _alive(pid):
             continue
         try:
             os.unlink(os.path.join(directory, name))
@@ -47,7 +57,7 @@ def discard_files(pids, directory: str = SHM) -> list[str]:
     """Unlink the buffers these (stopped) worker processes left in `directory`: a worker killed mid-batch, or
     one whose last buffer the caller never mapped, leaves its file behind (GiBs at real shapes), and the OpenMP
     registration of a killed one. Returns them."""
-    gone = discard_openmp_registrations(pids, directory)
+    gone = discard_openmp_registrations(set(pids), directory)
     for pid in pids:
         prefix = f"harness-states-{pid}-"
         try:
@@ -81,3 +91,29 @@ def discard_segments(names, directory: str = SHM) -> list[str]:
         except Exception:  # no tracker running: nothing to tell
             pass
     return gone
+
+
+def mapped_shm(directory: str = SHM) -> set[str]:
+    """Names in `directory` that some live process maps: a segment in use is not a leak."""
+    names = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    i = line.find(directory + "/")
+                    if i >= 0:
+                        names.add(line[i + len(directory) + 1:].split()[0])
+        except OSError:
+            continue
+    return names
+
+
+def entries(directory: str = SHM) -> set[str]:
+    """The names in `directory` now (none where it cannot be read)."""
+    try:
+        return set(os.listdir(directory))
+    except OSError:
+        return set()
+

@@ -9,6 +9,8 @@ import time
 import pytest
 
 from harness.processes import SESSION_PROCESSES, children, reap
+from harness.runtime.shm_orphans import discard_openmp_registrations, mapped_shm, openmp_registration_pid
+from harness.runtime.shm_orphans import entries
 from harness.runtime.transport import SHM
 
 
@@ -29,27 +31,7 @@ def no_leftover_workers():
 
 
 def shm_entries() -> set[str]:
-    try:
-        return set(os.listdir(SHM))
-    except OSError:
-        return set()
-
-
-def mapped_shm(directory: str = SHM) -> set[str]:
-    """Names in `directory` that some live process maps (a segment in use is not a leak)."""
-    names = set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                for line in f:
-                    i = line.find(directory + "/")
-                    if i >= 0:
-                        names.add(line[i + len(directory) + 1:].split()[0])
-        except OSError:
-            continue
-    return names
+    return entries(SHM)
 
 
 #: multiprocessing's named semaphores: unlinked by their creator's resource tracker when the creator exits, which
@@ -63,10 +45,26 @@ def shm_left(before: set[str], wait_s: float = 10.0) -> set[str]:
     (waiting up to `wait_s` for owners that are still shutting down to unlink theirs)."""
     deadline = time.monotonic() + wait_s
     while True:
-        left = {n for n in (shm_entries() - before) - mapped_shm(SHM) if not n.startswith(TRACKED_AT_EXIT)}
+        discard_openmp_registrations(directory=SHM)  # of processes that have ended (see harness.runtime.shm_orphans)
+        left = {n for n in (shm_entries() - before) - mapped_shm(SHM)
+                if not n.startswith(TRACKED_AT_EXIT) and openmp_registration_pid(n) is None}  # live ones' own
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.5)
+
+
+#: The test during which each /dev/shm entry of the session first appeared: what the session's check names.
+FIRST_SEEN: dict[str, str] = {}
+
+
+@pytest.fixture(autouse=True)
+def shm_made_by_test(request):
+    """Notes which test each new /dev/shm entry appeared in (two directory listings per test), so that a
+    session that leaves one names where to look."""
+    before = shm_entries()
+    yield
+    for name in shm_entries() - before:
+        FIRST_SEEN.setdefault(name, request.node.nodeid)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -86,4 +84,5 @@ def no_leftover_shared_memory():
         except OSError:
             pass
     if left:
-        pytest.fail(f"the session left files in {SHM} (removed now): {sorted(left)}")
+        where = ", ".join(f"{n} ({FIRST_SEEN.get(n, 'between tests')})" for n in sorted(left))
+        pytest.fail(f"the session left files in {SHM} (removed now): {where}")

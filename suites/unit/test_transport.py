@@ -122,9 +122,9 @@ def test_files_left_by_stopped_workers_are_discarded(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["harness-states-1234-c", "other"]
 
 
-def test_openmp_registrations_of_killed_processes_are_removed_and_a_live_ones_kept(tmp_path):
-    """Intel OpenMP names each process's registration file by pid and unlinks it only at a normal exit: a
-    SIGKILLed process (vLLM 0.18's env preloads libiomp5 into workers the suites kill) leaves it in /dev/shm."""
+def test_openmp_registrations_of_ended_processes_are_removed_and_a_live_ones_kept(tmp_path):
+    """Intel OpenMP names each process's registration file by pid (and uid) and unlinks it in a library destructor:
+    a SIGKILLed process, or one ended by os._exit, leaves it in /dev/shm (vLLM 0.18's env preloads libiomp5)."""
     import subprocess
     import sys
 
@@ -132,8 +132,11 @@ def test_openmp_registrations_of_killed_processes_are_removed_and_a_live_ones_ke
     dead.kill()
     dead.wait()
     live = os.getpid()
-    for pid in (dead.pid, live):
-        (tmp_path / f"{shm_orphans.OPENMP_REGISTRATION}{pid}").write_bytes(b"0x1-cafe-libomp.so")
-    gone = shm_orphans.discard_files([dead.pid, live], str(tmp_path))
-    assert gone == [f"{shm_orphans.OPENMP_REGISTRATION}{dead.pid}"]
-    assert os.listdir(tmp_path) == [f"{shm_orphans.OPENMP_REGISTRATION}{live}"]
+    reg = shm_orphans.OPENMP_REGISTRATION
+    for name in (f"{reg}{dead.pid}_0", f"{reg}{live}_0", f"{reg}{live}", "harness-states-1-a"):
+        (tmp_path / name).write_bytes(b"0x1-cafe-libomp.so")
+    assert shm_orphans.openmp_registration_pid(f"{reg}{dead.pid}_0") == dead.pid
+    assert shm_orphans.openmp_registration_pid("psm_0a1b") is None
+    assert shm_orphans.discard_files([live], str(tmp_path)) == []  # the executor's workers: only exited ones
+    assert shm_orphans.discard_openmp_registrations(directory=str(tmp_path)) == [f"{reg}{dead.pid}_0"]
+    assert sorted(os.listdir(tmp_path)) == sorted([f"{reg}{live}_0", f"{reg}{live}", "harness-states-1-a"])
