@@ -26,11 +26,15 @@ def openmp_registration_pid(name: str) -> int | None:
 def discard_openmp_registrations(pids=None, directory: str = SHM) -> list[str]:
     """Unlink the OpenMP registration files of these processes (of any, where None) that have exited; a live
     process's own registration is never touched."""
+    ended = [n for n in sorted(entries(directory)) if (pid := openmp_registration_pid(n)) is not None
+             and (pids is None or pid in pids) and not _alive(pid)]
+    return _unlink(ended, directory)
+
+
+def _unlink(names, directory: str) -> list[str]:
+    """Unlink these names in `directory`; returns the ones that were there."""
     gone = []
-    for name in sorted(entries(directory)):
-        pid = openmp_registration_pid(name)
-        if pid is None or (pids is not None and pid not in pids) or _alive(pid):
-            continue
+    for name in names:
         try:
             os.unlink(os.path.join(directory, name))
             gone.append(name)
@@ -57,20 +61,9 @@ def discard_files(pids, directory: str = SHM) -> list[str]:
     """Unlink the buffers these (stopped) worker processes left in `directory`: a worker killed mid-batch, or
     one whose last buffer the caller never mapped, leaves its file behind (GiBs at real shapes), and the OpenMP
     registration of a killed one. Returns them."""
-    gone = discard_openmp_registrations(set(pids), directory)
-    for pid in pids:
-        prefix = f"harness-states-{pid}-"
-        try:
-            names = [n for n in os.listdir(directory) if n.startswith(prefix)]
-        except OSError:
-            return gone
-        for name in names:
-            try:
-                os.unlink(os.path.join(directory, name))
-                gone.append(name)
-            except FileNotFoundError:
-                pass
-    return gone
+    prefixes = tuple(f"harness-states-{pid}-" for pid in pids)
+    buffers = [n for n in sorted(entries(directory)) if prefixes and n.startswith(prefixes)]
+    return discard_openmp_registrations(set(pids), directory) + _unlink(buffers, directory)
 
 
 def discard_segments(names, directory: str = SHM) -> list[str]:
