@@ -53,18 +53,28 @@ def shm_left(before: set[str], wait_s: float = 10.0) -> set[str]:
         time.sleep(0.5)
 
 
-#: The test during which each /dev/shm entry of the session first appeared: what the session's check names.
+#: Where each /dev/shm entry of the session first appeared (a test's id, or a phase): what the session's check names.
 FIRST_SEEN: dict[str, str] = {}
+_CURRENT: dict = {}  # the test being run: its id and what /dev/shm held when it began
 
 
-@pytest.fixture(autouse=True)
-def shm_made_by_test(request):
-    """Notes which test each new /dev/shm entry appeared in (two directory listings per test), so that a
-    session that leaves one names where to look."""
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Notes which test (set-up, call and teardown) each new /dev/shm entry appeared in: two directory listings
+    per test, so that a session that leaves one names where to look."""
     before = shm_entries()
+    _CURRENT.update(nodeid=item.nodeid, before=before)
     yield
     for name in shm_entries() - before:
-        FIRST_SEEN.setdefault(name, request.node.nodeid)
+        FIRST_SEEN.setdefault(name, item.nodeid)
+
+
+def first_seen(name: str) -> str:
+    if name in FIRST_SEEN:
+        return FIRST_SEEN[name]
+    if _CURRENT and name not in _CURRENT["before"]:
+        return f"during {_CURRENT['nodeid']} or the teardown after it"
+    return "before the first test"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -84,5 +94,5 @@ def no_leftover_shared_memory():
         except OSError:
             pass
     if left:
-        where = ", ".join(f"{n} ({FIRST_SEEN.get(n, 'between tests')})" for n in sorted(left))
+        where = ", ".join(f"{n} ({first_seen(n)})" for n in sorted(left))
         pytest.fail(f"the session left files in {SHM} (removed now): {where}")

@@ -10,7 +10,7 @@ import pytest
 from harness.paths import REPORTS
 from harness.testing import session_report
 from harness.testing.gpu import gpu_config, hold_gpu_skip, pytest_collection_modifyitems  # noqa: F401
-from harness.testing.leaks import no_leftover_shared_memory, no_leftover_workers  # noqa: F401
+from harness.testing.leaks import no_leftover_shared_memory, no_leftover_workers, pytest_runtest_protocol  # noqa: F401
 from harness.testing.recording import (expectations, harness_meta, numerics_expected, record_e2e,  # noqa: F401
                                       record_note, record_observation, record_proof)
 from harness.testing.session_report import (report_generator_starts, pytest_collection_finish,  # noqa: F401
