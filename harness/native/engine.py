@@ -13,6 +13,7 @@ from harness.contracts.base import summarize
 from harness.native.engine_log import engine_output_to, root_cause
 from harness.native.files import NativeExport, layers_asked, layout_of, read_export
 from harness.native.layer_ids import map_layer_ids
+from harness.runtime import shm_orphans
 
 METHOD = "extract_hidden_states"
 CONNECTOR = "ExampleHiddenStatesConnector"
@@ -136,11 +137,12 @@ class NativeExporter:
         self.storage.mkdir(parents=True, exist_ok=True)
         self.log_path = self.dir / "engine.log"
         self.llm = None
+        self._shm_before = None
         mla.prepare(model)  # the same attention decision our generator made for this model
         self.kwargs = engine_kwargs(model, self.engine_ids, self.storage, max_model_len=max_model_len,
                                     attention_backend=attention_backend, gpu_memory_utilization=gpu_memory_utilization,
                                     dtype=dtype)
-        t0 = time.perf_counter()
+        t0, self._shm_before = time.perf_counter(), shm_orphans.entries()
         try:
             from vllm import LLM
 
@@ -210,6 +212,8 @@ class NativeExporter:
 
             shutdown(llm)
             del llm
+        if self._shm_before is not None:  # a dead engine core's queue (vLLM 0.30 on CPU)
+            shm_orphans.discard_unmapped_since(self._shm_before)
         if self._own_dir and os.environ.get("HARNESS_KEEP_NATIVE_LOG") != "1":
             shutil.rmtree(self.dir, ignore_errors=True)
 

@@ -1,6 +1,6 @@
 """What dead workers leave in /dev/shm, removed: the harness's hand-off buffers of killed workers, the reply
-queues (psm_*) of workers killed by a signal, GiBs or ~10 MiB each that would stay until reboot, and the Intel
-OpenMP runtime's registration files of processes that ended without unregistering."""
+queues (psm_*) of workers killed by a signal or of an engine that died, GiBs or ~10 MiB each that would stay until
+reboot, and the Intel OpenMP runtime's registration files of processes that ended without unregistering."""
 
 from __future__ import annotations
 
@@ -110,3 +110,12 @@ def entries(directory: str = SHM) -> set[str]:
     except OSError:
         return set()
 
+
+
+def discard_unmapped_since(before: set[str], directory: str = SHM) -> list[str]:
+    """After an engine was shut down: unlink the queues (psm_*) made since `before` that no live process maps.
+    An engine whose core died leaves one that nobody unlinks (seen on vLLM 0.30: the native export's engine dies
+    at its first extraction on a CPU build, and one segment stayed after every process had exited). A segment
+    still mapped belongs to a live process (the session's own generators, another job) and stays."""
+    made = {n for n in entries(directory) - before if n.startswith("psm_")}
+    return discard_segments(sorted(made - mapped_shm(directory)), directory)

@@ -140,3 +140,17 @@ def test_openmp_registrations_of_ended_processes_are_removed_and_a_live_ones_kep
     assert shm_orphans.discard_files([live], str(tmp_path)) == []  # the executor's workers: only exited ones
     assert shm_orphans.discard_openmp_registrations(directory=str(tmp_path)) == [f"{reg}{dead.pid}_0"]
     assert sorted(os.listdir(tmp_path)) == sorted([f"{reg}{live}_0", f"{reg}{live}", "harness-states-1-a"])
+
+
+def test_after_an_engine_shuts_down_only_unmapped_new_queues_are_removed(tmp_path):
+    """A dead engine core's queue is mapped by no one; one still mapped (a live generator's) and one that was
+    there before stay."""
+    import mmap
+
+    (tmp_path / "psm_before").write_bytes(b"\0" * 4096)
+    before = shm_orphans.entries(str(tmp_path))
+    for name in ("psm_dead", "psm_live", "other"):
+        (tmp_path / name).write_bytes(b"\0" * 4096)
+    with open(tmp_path / "psm_live", "r+b") as f, mmap.mmap(f.fileno(), 4096):
+        assert shm_orphans.discard_unmapped_since(before, str(tmp_path)) == ["psm_dead"]
+    assert sorted(os.listdir(tmp_path)) == ["other", "psm_before", "psm_live"]
