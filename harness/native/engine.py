@@ -137,12 +137,12 @@ class NativeExporter:
         self.storage.mkdir(parents=True, exist_ok=True)
         self.log_path = self.dir / "engine.log"
         self.llm = None
-        self._shm_before = None
+        self._shm_before = shm_orphans.entries()  # what the engine's dead core may leave is new since then
         mla.prepare(model)  # the same attention decision our generator made for this model
         self.kwargs = engine_kwargs(model, self.engine_ids, self.storage, max_model_len=max_model_len,
                                     attention_backend=attention_backend, gpu_memory_utilization=gpu_memory_utilization,
                                     dtype=dtype)
-        t0, self._shm_before = time.perf_counter(), shm_orphans.entries()
+        t0 = time.perf_counter()
         try:
             from vllm import LLM
 
@@ -212,8 +212,7 @@ class NativeExporter:
 
             shutdown(llm)
             del llm
-        if self._shm_before is not None:  # a dead engine core's queue (vLLM 0.30 on CPU)
-            shm_orphans.discard_unmapped_since(self._shm_before)
+        shm_orphans.discard_unmapped_since(self._shm_before)  # a dead engine core's queue (vLLM 0.30 on CPU)
         if self._own_dir and os.environ.get("HARNESS_KEEP_NATIVE_LOG") != "1":
             shutil.rmtree(self.dir, ignore_errors=True)
 

@@ -111,7 +111,6 @@ def entries(directory: str = SHM) -> set[str]:
         return set()
 
 
-
 def discard_unmapped_since(before: set[str], directory: str = SHM) -> list[str]:
     """After an engine was shut down: unlink the queues (psm_*) made since `before` that no live process maps.
     An engine whose core died leaves one that nobody unlinks (seen on vLLM 0.30: the native export's engine dies

@@ -9,8 +9,7 @@ import time
 import pytest
 
 from harness.processes import SESSION_PROCESSES, children, reap
-from harness.runtime.shm_orphans import discard_openmp_registrations, mapped_shm, openmp_registration_pid
-from harness.runtime.shm_orphans import entries
+from harness.runtime.shm_orphans import discard_openmp_registrations, entries, mapped_shm, openmp_registration_pid
 from harness.runtime.transport import SHM
 
 

@@ -21,6 +21,13 @@ def not_applicable(reason: str):
     pytest.skip(NA_PREFIX + reason)
 
 
+def not_applicable_if_declared_broken(expectations, model_name: str, failure: str) -> None:
+    """n/a when this vLLM's expectations declare the model's e2e broken (vLLM's fault, declared) and it failed."""
+    exp = expectations["table"].get(f"e2e[{model_name}]")
+    if exp is not None and exp.outcome.value == "broken":
+        not_applicable(f"expected broken on this vLLM ({exp.reason}), and it reproduces: {failure}")
+
+
 @pytest.fixture(scope="session")
 def harness_meta() -> dict:
     from harness import versions

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness import contracts
-from harness.testing.recording import not_applicable
+from harness.testing.recording import not_applicable, not_applicable_if_declared_broken
 
 
 @pytest.fixture(params=contracts.E2E_MODELS)
@@ -17,8 +17,6 @@ def run(request, runs, record_e2e, expectations):
         not_applicable(r.absent)
     if r.generator is None:
         record_e2e(r.model.name, "runs on this vLLM", "fail", r.failed.text)
-        exp = expectations["table"].get(f"e2e[{r.model.name}]")
-        if exp is not None and exp.outcome.value == "broken":
-            not_applicable(f"expected broken on this vLLM ({exp.reason}), and it reproduces: {r.failed.text}")
+        not_applicable_if_declared_broken(expectations, r.model.name, r.failed.text)
         pytest.fail(f"the shimmed generator did not start on {r.model.name}: {r.failed.text}")
     return r

@@ -12,7 +12,7 @@ import sys
 from harness import models
 from harness.contracts import mla
 from harness.native.engine_log import root_cause
-from harness.testing.recording import not_applicable
+from harness.testing.recording import not_applicable, not_applicable_if_declared_broken
 
 _CHILD = '''
 import json, os, sys
@@ -37,9 +37,7 @@ def test_patched_generator_starts_tiny_kimi_with_no_other_call(record_e2e, expec
     if proc.returncode != 0 or not line:
         cause = root_cause(proc.stdout + "\n" + proc.stderr) or f"exit {proc.returncode}, no exception in its output"
         record_e2e(model.name, "patched_generator(path) starts with no other call", "fail", cause)
-        exp = expectations["table"].get(f"e2e[{model.name}]")
-        if exp is not None and exp.outcome.value == "broken":  # vLLM's own fault on this build, declared and reproduced
-            not_applicable(f"expected broken on this vLLM ({exp.reason}), and it reproduces: {cause}")
+        not_applicable_if_declared_broken(expectations, model.name, cause)
         raise AssertionError(cause)
     got = json.loads(line.split(" ", 1)[1])
     assert got["rows"] == [[4], [2]], got
