@@ -239,13 +239,15 @@ def pytest_sessionfinish(session, exitstatus):
                 timings=timings(col), observed_only=observe_only())
     col.last_report = rep
     j, m = write_report(rep, Path(config.getoption("--harness-report-dir")))
+    drafted = j.with_name(f"{rep['env']}.expectations-draft.toml")
     if observe_only() and rep["contracts"]:
         from harness.reporting.expectations import draft
         from harness.reporting.report import unmachined, write_atomic
 
-        drafted = j.with_name(f"{rep['env']}.expectations-draft.toml")
         write_atomic(drafted, draft(unmachined(rep)))  # the same text as the written report: no machine paths
         rep["draft"] = str(drafted)
+    elif not observe_only():
+        drafted.unlink(missing_ok=True)  # judged against reviewed expectations: an observation's draft is spent
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr:
         tr.write_line(f"harness: report written to {j} and {m} (status {rep['status']})")

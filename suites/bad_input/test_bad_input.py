@@ -121,9 +121,16 @@ def _observed_run():
                                   "--harness-report-dir", str(tmp / "reports"), "-k", "test_contract and schedcfg"],
                                  capture_output=True, text=True, env={**env, "HARNESS_EXPECTATIONS_DIR": str(tmp / "none")},
                                  timeout=600)
-            return {"rc": out.returncode, "stdout": out.stdout, "stderr": out.stderr,
-                    "report": _read(tmp / "reports" / "observed-x.json"),
-                    "draft": _read(tmp / "reports" / "observed-x.expectations-draft.toml")}
+            got = {"rc": out.returncode, "stdout": out.stdout, "stderr": out.stderr,
+                   "report": _read(tmp / "reports" / "observed-x.json"),
+                   "draft": _read(tmp / "reports" / "observed-x.expectations-draft.toml")}
+            # The same run, judged by the committed expectations: the observation's draft is spent.
+            judged = subprocess.run([sys.executable, "-m", "harness", "run", "--env", "observed-x", "--",
+                                     "--harness-report-dir", str(tmp / "reports"), "-k", "test_contract and schedcfg"],
+                                    capture_output=True, text=True, env=env, timeout=600)
+            got["judged"] = {"rc": judged.returncode, "out": judged.stdout[-1500:] + judged.stderr[-1500:],
+                             "draft_left": (tmp / "reports" / "observed-x.expectations-draft.toml").exists()}
+            return got
     return child
 
 
@@ -144,6 +151,15 @@ def test_vllm_without_expectations_is_observed_never_passed():
     assert "schedcfg" in out["stdout"] and "draft expectations for review" in out["stdout"]
     draft = out["draft"]
     assert draft.startswith("# DRAFT, NOT REVIEWED") and "schedcfg = { outcome =" in draft
+
+
+@pytest.mark.ahead("observed-run")
+def test_a_judged_run_removes_the_spent_draft():
+    """Once the vLLM has expectations, its next (judged) run removes the observation's draft from the report
+    folder: a draft left beside a passing report would read as work still to review."""
+    judged = ahead.result("observed-run")["judged"]
+    assert judged["rc"] == 0, judged["out"]
+    assert not judged["draft_left"], "the judged run left the observed run's draft in reports/"
 
 
 def test_strict_refuses_a_vllm_without_expectations(tmp_path):
