@@ -23,7 +23,7 @@ def main() -> int:
     import torch
 
     from harness import reference
-    from harness.gpu_tier import bound
+    from harness.gpu.tier import bound
     from harness.prompts import random_prompts
     from harness.runtime.generator import HarnessGenerator, Options
 

@@ -33,7 +33,7 @@ and prompts, paired with plain prefill the same way, and checks its results equa
 `--fast-first` runs that round before speculators' own (to see an order effect).
 
 `--gpu-profile` traces one call per hand-off in the worker (torch profiler, summarised there by
-harness.gpu_trace: kernel time per stream, idle gaps, copies and whether their host memory was pinned, the host's
+harness.gpu.trace: kernel time per stream, idle gaps, copies and whether their host memory was pinned, the host's
 CUDA runtime calls).
 
 `--native` then closes ours and times vLLM's own export (`extract_hidden_states` + `ExampleHiddenStatesConnector`,
@@ -71,7 +71,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import flops as model_flops  # noqa: E402 - after the path set-up
+from harness.gpu import flops as model_flops  # noqa: E402 - after the path set-up
 from harness.contracts.base import strip_machine_paths  # noqa: E402
 from harness.prompts import random_prompts  # noqa: E402
 from harness.runtime.executor_view import PendingStep  # noqa: E402
@@ -265,8 +265,8 @@ def bitwise(gen, prompts, modes: list[str]) -> dict:
 
 def gpu_profile(gen, prompts, mode: str, fast: bool = False) -> dict:
     """One call with hand-off `mode` (on the fast path with `fast`) under the torch profiler in the worker
-    (harness.gpu_trace); its summary."""
-    from harness import gpu_trace
+    (harness.gpu.trace); its summary."""
+    from harness.gpu import trace as gpu_trace
 
     view = gen.executor_view
     view.collective_rpc("_harness_set_transport", args=(mode,))

@@ -17,12 +17,12 @@ import tempfile
 from pathlib import Path
 
 from harness.cli_text import EXIT_CODES, INTERNAL, NEEDS, version as harness_version
-from harness.paths import CHECKOUT, REPO_ROOT, REPORTS
+from harness.paths import CHECKOUT, REPO_ROOT, REPORTS, SUITES
 
-CPU_SUITES = ("suites/contracts", "suites/e2e", "suites/native", "suites/bad_input")
-#: The matrix's quick run: every contract probe, the end-to-end checks and the native-export cross-check;
-#: no shim proofs, no bad input.
-QUICK_SUITES = ("suites/contracts/test_contracts.py", "suites/e2e", "suites/native")
+CPU_SUITES = SUITES["cpu"]
+#: The matrix's quick run: every contract probe, the end-to-end checks, the native-export cross-check and the
+#: client axis; no shim proofs, no bad input.
+QUICK_SUITES = ("suites/contracts/test_contracts.py", "suites/e2e", "suites/native", "suites/clients")
 NO_SUITES = "the suites run from a checkout (git clone; tox -e vllm016); installed, the harness gates and reports"
 
 
@@ -148,7 +148,7 @@ def cmd_gpu_nightly(args) -> int:
     """The GPU tier with a dated report; exit 1 if a test fails or the hidden states drifted since the last night."""
     import pytest
 
-    from harness import gpu_tier
+    from harness.gpu import tier as gpu_tier
 
     if not CHECKOUT:
         return _fail(NO_SUITES)

@@ -18,3 +18,6 @@ REPO_ROOT = SOURCE_ROOT if CHECKOUT else Path.cwd()
 FIXTURES = SOURCE_ROOT / "fixtures" if CHECKOUT else PACKAGE / "_fixtures"
 REPORTS = REPO_ROOT / "reports"
 CACHE = REPO_ROOT / ".cache"
+#: The suites a complete run covers, per kind, in the order a CPU run takes them (relative to the checkout).
+SUITES = {"cpu": ("suites/contracts", "suites/e2e", "suites/native", "suites/clients", "suites/bad_input"),
+          "gpu": ("suites/gpu",)}

@@ -90,14 +90,14 @@ NATIVE_GLOBAL = ("native-path",)
 NATIVE_PER_MODEL = ("native-config", "native-eagle3", "native-files", "native")
 
 
-#: speculators >= 0.5's server path (harness.native.client_contracts): once per vLLM, then per client model.
+#: speculators >= 0.5's server path (harness.clients.contracts): once per vLLM, then per client model.
 CLIENT_GLOBAL = ("client-connectors",)
 CLIENT_PER_MODEL = ("client-serve", "client-http", "client-files", "client-lastlayer")
 
 
 def native_keys() -> list[str]:
     """The native path's rows (suites/native): the in-process export's and the server path's, keyed by tiny model."""
-    from harness.native.client_axis import CLIENT_MODELS
+    from harness.clients.releases import CLIENT_MODELS
 
     return (list(NATIVE_GLOBAL) + [f"{i}[{m}]" for m in E2E_MODELS for i in NATIVE_PER_MODEL]
             + list(CLIENT_GLOBAL) + [f"{i}[{m}]" for m in CLIENT_MODELS for i in CLIENT_PER_MODEL])
@@ -106,7 +106,7 @@ def native_keys() -> list[str]:
 def e2e_keys() -> list[str]:
     """Optional expectation keys for the end-to-end numerics: present only where a vLLM is known to compute
     wrong numbers for a model (outcome "broken"); absent means the numeric checks must pass."""
-    from harness.native.client_axis import CLIENT_MODELS, CLIENTS, client_row
+    from harness.clients.releases import CLIENT_MODELS, CLIENTS, client_row
 
     return [f"e2e[{m}]" for m in E2E_MODELS] + [f"e2e[{client_row(m, v)}]" for v in CLIENTS for m in CLIENT_MODELS]
 

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.native.connectors_surface import fixture_path as connectors_fixture
+from harness.clients.connectors_surface import fixture_path as connectors_fixture
 
 #: speculators release -> the hs-connectors release whose used surface it brings (None: its connectors are
 #: vLLM's own). Only releases whose surface is recorded can be gated.

@@ -15,7 +15,7 @@ for on a host, goes. vLLM loads it through kv_transfer_config's `kv_connector_mo
 
 Chosen by probing (`needed()`: does a CUDA stream's `wait_event` or a pinned buffer work in this process?), never
 by version; proven needed (the upstream connector's documented failures, `FAILURES`) and sufficient (speculators
-0.9.0's client then agrees with our extraction) by suites/native/test_client.py.
+0.9.0's client then agrees with our extraction) by suites/clients/test_client.py.
 """
 
 from __future__ import annotations

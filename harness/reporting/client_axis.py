@@ -14,12 +14,12 @@ The per-contract rows behind a verdict are the matrix's own rows for that build.
 
 from __future__ import annotations
 
-from harness.native.client_axis import CLIENTS as SERVER_CLIENTS, client_row
+from harness.clients.releases import CLIENTS as SERVER_CLIENTS, client_row
 
 WORKS, SHIMMED, PARTIAL, BROKEN, NOT_RUNNABLE, NOT_OBSERVED = (
     "works natively", "works with our shims", "partial", "broken", "not runnable here", "not observed")
 #: The clients, in release order, with what the harness drives of each.
-#: What each server-path release's client does differently (harness.native.client.ClientApi reads it from the code).
+#: What each server-path release's client does differently (harness.clients.vllm_client.ClientApi reads it from the code).
 SERVER_CLIENT_HOW = {
     "0.5.0": "its vllm_client: token ids in, the file path out, no lock protocol",
     "0.6.0": "its vllm_client: an item in, waits on the writer's .lock (0.7.0 differs only in chat requests)",

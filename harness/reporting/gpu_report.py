@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import gpu_tier
+from harness.gpu import tier as gpu_tier
 from harness.paths import REPORTS
 from harness.reporting.report import write_atomic
 
@@ -52,7 +52,7 @@ def markdown(rep: dict) -> str:
         lines += ["", f"Against plain prefill ({t['mode']}, {t['pairs']} calls a side, {t['tokens']} tokens): plain "
                   f"{t['plain_tokens_per_s']:.0f} tok/s (MFU {t['plain_mfu']:.1%} a GPU), extraction "
                   f"{t['extract_tokens_per_s']:.0f} tok/s (MFU {t['extract_mfu']:.1%} a GPU): {t['verdict']}. "
-                  f"MFU: harness.flops ({t['flop_model']['params_active_per_token'] / 1e9:.2f}B active parameters a "
+                  f"MFU: harness.gpu.flops ({t['flop_model']['params_active_per_token'] / 1e9:.2f}B active parameters a "
                   f"token, {t['peak_flops'] / 1e12:.0f} TFLOP/s a GPU)."]
     if rep.get("peak_memory_bytes_per_rank"):
         lines.append("Peak GPU memory per rank (torch allocated): " + ", ".join(

@@ -8,7 +8,7 @@ import pytest
 
 def gpu_config(config):
     """The GPU tier's configuration: command-line options over HARNESS_GPU_* variables."""
-    from harness.gpu_tier import TierConfig
+    from harness.gpu.tier import TierConfig
 
     layer_ids = config.getoption("--layer-ids")
     return TierConfig.from_env(
@@ -47,7 +47,7 @@ def hold_gpu_skip(item, report) -> None:
     """A GPU run that was asked for (a model path given) may skip only for the documented reasons."""
     if not report.skipped or item.get_closest_marker("gpu") is None:
         return
-    from harness.gpu_tier import ALLOWED_SKIPS
+    from harness.gpu.tier import ALLOWED_SKIPS
 
     if not gpu_config(item.config).model_path:
         return

@@ -126,16 +126,15 @@ def pytest_xdist_node_collection_finished(node, ids):
     COLLECTOR.collected = list(ids)
 
 
-#: The suites a complete CPU run covers, and the GPU tier's; a run that leaves any of their test files out is a subset.
-FULL_RUNS = {"cpu": ("suites/contracts", "suites/e2e", "suites/native", "suites/bad_input"), "gpu": ("suites/gpu",)}
 
 
 def suite_files() -> dict[str, list[str]]:
-    """The test files of each complete run (FULL_RUNS), relative to the checkout."""
-    from harness.paths import REPO_ROOT
+    """The test files of each complete run (harness.paths.SUITES), relative to the checkout: a run that leaves any
+    of them out is a subset."""
+    from harness.paths import REPO_ROOT, SUITES
 
     return {kind: sorted(str(p.relative_to(REPO_ROOT)) for d in dirs for p in (REPO_ROOT / d).rglob("test_*.py"))
-            for kind, dirs in FULL_RUNS.items()}
+            for kind, dirs in SUITES.items()}
 
 
 def selection(config, col: Collector) -> dict:

@@ -75,7 +75,8 @@ def _options(cfg, language_model_only: bool):
 def tier(request):
     from transformers import AutoTokenizer
 
-    from harness import gpu_tier, versions
+    from harness import versions
+    from harness.gpu import tier as gpu_tier
     from harness.reporting import gpu_report
     from harness.contracts import mla
     from harness.runtime.generator import HarnessGenerator, text_config

@@ -3,7 +3,7 @@
 Exact for the real Kimi-K2.5 (give its local path; TP defaults to 8) and proven on tiny-Kimi. Checks:
 one tensor per requested layer of shape [tokens, hidden_size from the checkpoint]; the requested
 dtype; all finite; each prompt's states equal a run of that prompt alone (tolerance by dtype,
-harness.gpu_tier.bound); the same batch twice bitwise equal (or the difference measured and
+harness.gpu.tier.bound); the same batch twice bitwise equal (or the difference measured and
 bounded); capture on TP rank 0 only; where the decoder stack lives (C-kimistack); fewer GPUs than
 TP is a clear error; and no process is left once the generator is closed. Tests run in file order.
 """
@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 
-from harness.gpu_tier import bound, fingerprint
+from harness.gpu.tier import bound, fingerprint
 
 pytestmark = pytest.mark.gpu
 
@@ -205,12 +205,13 @@ def test_soak_one_generator_calls_of_every_size(tier):
 
 def test_throughput_against_plain_prefill(tier):
     """Extraction against plain vLLM prefill (`LLM.generate(max_tokens=1)`) on the tier's checkpoint and prompts, with
-    the model FLOP utilisation of each (harness.flops): the figures the GPU benchmark gives at the generated
+    the model FLOP utilisation of each (harness.gpu.flops): the figures the GPU benchmark gives at the generated
     shapes, for the real checkpoint of the nightly. Where both engines fit (memory share <= 0.45 each) they are
     timed in interleaved pairs (harness.bench.paired); else (Kimi-K2.5 at TP=8) one after the other: ours, then
     the tier's generator is closed and plain vLLM started in its place (`mode` says which; a ratio of medians
     then). Recorded, never asserted: the test fails only if a side cannot be measured."""
-    from harness import bench, flops
+    from harness import bench
+    from harness.gpu import flops
 
     cfg = tier.cfg
     if cfg.throughput_pairs < 1:
@@ -256,7 +257,7 @@ def test_throughput_against_plain_prefill(tier):
 def test_zz_shutdown_leaves_no_process(tier):
     import psutil
 
-    from harness.gpu_tier import gpu_processes
+    from harness.gpu.tier import gpu_processes
 
     ours = {p.pid for p in psutil.Process().children(recursive=True)}
     tier.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.native.client_axis import client_row
+from harness.clients.releases import client_row
 from harness.reporting import client_axis as ca
 
 

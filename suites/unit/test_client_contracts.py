@@ -8,8 +8,8 @@ import json
 import pytest
 
 from harness.envs import tox_envs
-from harness.native import client_contracts as cc
-from harness.native.client import ClientApi, load_client
+from harness.clients import contracts as cc
+from harness.clients.vllm_client import ClientApi, load_client
 from harness.reporting import matrix
 
 

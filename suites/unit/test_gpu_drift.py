@@ -8,7 +8,7 @@ import shutil
 import torch
 from safetensors.torch import save_file
 
-from harness import gpu_tier
+from harness.gpu import tier as gpu_tier
 
 
 def _checkpoint(path, weight: torch.Tensor):

@@ -1,7 +1,7 @@
-"""harness.gpu_trace's summary of a torch profiler trace (the trace's own format, written by hand here: the
+"""harness.gpu.trace's summary of a torch profiler trace (the trace's own format, written by hand here: the
 summary is arithmetic over it, and a CPU-only machine records no CUDA events to summarise)."""
 
-from harness import gpu_trace
+from harness.gpu import trace as gpu_trace
 
 
 def _x(cat, name, ts, dur, **args):

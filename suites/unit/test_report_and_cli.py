@@ -35,7 +35,7 @@ def test_run_without_vllm_exits_2_with_a_clear_message():
 
 def test_error_texts_and_gpu_config_carry_no_machine_paths():
     """Reports are committed: an ImportError's file and the prompts file are recorded without this machine's prefix."""
-    from harness import gpu_tier
+    from harness.gpu import tier as gpu_tier
     from harness.contracts.base import summarize
     from harness.paths import REPO_ROOT
 

@@ -1,6 +1,6 @@
 """The pieces of speculators >= 0.5's path that need no vLLM: the layer ids its launcher would accept, the
 `vllm serve` command line and the port check (its client needs openai, a vLLM dependency:
-suites/native/test_server.py loads it)."""
+suites/clients/test_server.py loads it)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from harness.native.server import HOST, free_port, port_taken, serve_args
-from harness.native.server_check import client_default_ids
+from harness.clients.server import HOST, free_port, port_taken, serve_args
+from harness.clients.server_check import client_default_ids
 
 
 @pytest.mark.parametrize("n, ids", [(61, [2, 30, 58, 61]), (8, [2, 4, 5, 8]), (6, [1, 3, 5, 6]), (4, [1, 2, 3, 4])])
@@ -44,7 +44,7 @@ def test_port_check_sees_a_listening_socket():
 def test_hs_connectors_surface_fixture_is_what_its_source_says():
     """fixtures/surfaces/hs-connectors-0.9.0.json is derived from the released wheel by AST: a fresh parse equals it,
     and it holds the vLLM internals the connectors stand on (the base class, the example connector they subclass)."""
-    from harness.native import connectors_surface as cs
+    from harness.clients import connectors_surface as cs
 
     committed = json.loads(cs.fixture_path("0.9.0").read_text())
     assert committed == json.loads(json.dumps(cs.parse("0.9.0"), sort_keys=True))

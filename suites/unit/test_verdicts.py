@@ -186,12 +186,13 @@ def test_a_run_on_a_vllm_without_expectations_is_observed_never_pass_nor_fail():
 
 
 def test_flop_model_counts_a_checkpoint_by_its_headers_as_the_layout_says(tmp_path):
-    """harness.flops counts a real checkpoint from its safetensors headers: on the generated tiny Llama and
+    """harness.gpu.flops counts a real checkpoint from its safetensors headers: on the generated tiny Llama and
     Kimi-K2.5 that equals the count from the harness's own weight layout; a packed int4 weight counts its
     unpacked values, quantization scales count nothing, routed experts count top-k of n."""
     import json
 
-    from harness import flops, models
+    from harness import models
+    from harness.gpu import flops
 
     for name in ("tiny-llama", "tiny-kimi-k25"):
         m = models.build(name)

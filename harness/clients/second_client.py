@@ -10,7 +10,7 @@ neither a vLLM contract: on a CPU build its `mem_get_info()` sees no accelerator
 (the platform's KV-cache space is given instead), and the dtype is pinned to float32 (an option, as
 for ours). Its supported vLLM range is read from its own wheel metadata.
 
-    python -m harness.second_client --wheel-dir DIR --model PATH --layers 1,3 --prompts FILE --out FILE
+    python -m harness.clients.second_client --wheel-dir DIR --model PATH --layers 1,3 --prompts FILE --out FILE
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ VERSION = "0.4.0"
 
 def wheel_dir() -> Path:
     """speculators 0.4.0 unpacked, not installed (downloaded once into .cache/)."""
-    from harness.native.client import wheel_tree
+    from harness.clients.vllm_client import wheel_tree
 
     return wheel_tree("speculators", VERSION)
 
@@ -63,7 +63,7 @@ def run_child(tree: Path, model_path: Path, layers: list[int], prompts: list[lis
     spec.write_text(json.dumps(prompts))
     base = os.environ if base_env is None else base_env
     env = {**base, "PYTHONPATH": os.pathsep.join([str(tree), str(SOURCE_ROOT), base.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "harness.second_client", "--model", str(model_path),
+    proc = subprocess.run([sys.executable, "-m", "harness.clients.second_client", "--model", str(model_path),
                            "--layers", ",".join(map(str, layers)), "--prompts", str(spec), "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:

@@ -3,7 +3,7 @@ wheel) against a real `vllm serve` with the native export, compared with our ext
 
 One server per tiny model; the harness's raw request first, then every release in CLIENTS in turn. Rows:
 - the server's contracts, `client-serve|http|files|lastlayer[<model>]` and `client-connectors` (hs-connectors'
-  vLLM surface), held to the build's expectations (harness.native.client_contracts);
+  vLLM surface), held to the build's expectations (harness.clients.contracts);
 - each release's result, `e2e[client<version>:<model>]`: `pass` where its files agree with ours within the native
   bound; where this vLLM cannot serve the export at all the row is expected `broken` (the reason in the
   expectations file; strict: if it starts working, the run fails until the file says so).
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from harness.native import availability
-from harness.native import client_contracts as cc
-from harness.native.client_axis import CLIENT, CLIENT_MODELS, CLIENTS, client_row
+from harness.clients import contracts as cc
+from harness.clients.releases import CLIENT, CLIENT_MODELS, CLIENTS, client_row
 from harness.native.layer_ids import map_layer_ids
 from harness.testing.recording import check_expected, not_applicable
 
@@ -39,7 +39,7 @@ def test_connectors_contract(record_observation):
     """`client-connectors`: hs-connectors' imports and subclasses against the installed vLLM (n/a without the export)."""
     import vllm
 
-    from harness.native.connectors_surface import fixture_path
+    from harness.clients.connectors_surface import fixture_path
     from harness.gate.client import CONNECTORS_OF
 
     na = _no_export()
@@ -53,7 +53,7 @@ def test_connectors_contract(record_observation):
 def test_clients_agree_with_ours(name, record_e2e, record_observation, expectations, numerics_expected):
     from harness import models
     from harness import native as nx
-    from harness.native import server_check
+    from harness.clients import server_check
 
     na = _no_export()
     if na:
@@ -90,8 +90,8 @@ def test_sync_writer_is_needed(record_e2e, expectations):
     """Needed: where the probe chooses the synchronous writer, vLLM's own connector, unchanged, fails the first
     request with one of its documented failures. (Sufficient: the agreement test above runs with it.)"""
     from harness.native import sync_writer
-    from harness.native.client import extract
-    from harness.native.server import ServerError, VllmServer
+    from harness.clients.vllm_client import extract
+    from harness.clients.server import ServerError, VllmServer
     from harness import models
 
     from harness.testing.recording import expected_broken

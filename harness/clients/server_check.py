@@ -1,6 +1,6 @@
 """speculators >= 0.5's path (its client against `vllm serve` with the native export) against ours, on one model.
 
-    python -m harness.native.server_check --model tiny-llama --out DIR [--client 0.9.0 ...] [--dtype float32]
+    python -m harness.clients.server_check --model tiny-llama --out DIR [--client 0.9.0 ...] [--dtype float32]
         [--attention-backend TRITON_ATTN] [--gpu-memory-utilization 0.3]
 
 Ours first (speculators 0.3.0's generator through the shims, at speculators' ids k = native id - 1), closed,
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.native.client_axis import CLIENTS
+from harness.clients.releases import CLIENTS
 from harness.native.layer_ids import map_layer_ids
 
 #: Agreement bounds by dtype: float32 on one build and device differs only by batch composition (the server
@@ -135,8 +135,8 @@ def run(name: str, *, clients: tuple[str, ...] = CLIENTS, dtype: str = "float32"
     (or why not); `clients[version]` each release's result; the top level the last-layer finding."""
     from harness import models
     from harness.contracts import mla
-    from harness.native.client import extract
-    from harness.native.server import ServerError, VllmServer
+    from harness.clients.vllm_client import extract
+    from harness.clients.server import ServerError, VllmServer
     from harness.prompts import random_prompts
     from harness.runtime.generator import HarnessGenerator, options_for
 
@@ -241,7 +241,7 @@ def markdown(rep: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.native.server_check")
+    ap = argparse.ArgumentParser(prog="python -m harness.clients.server_check")
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--client", action="append", help=f"speculators release(s) (default: all of {', '.join(CLIENTS)})")

@@ -8,7 +8,7 @@ probes: per module, the vLLM names it imports (at any depth), its calls and attr
 its bases and the methods it defines (a subclass that overrides a private method, like the FP8 connector's
 `_write_tensors`, depends on that method's signature).
 
-    python -m harness.native.connectors_surface [--version 0.9.0]   # rewrites the fixture
+    python -m harness.clients.connectors_surface [--version 0.9.0]   # rewrites the fixture
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _classes(tree: ast.Module) -> dict:
 
 def parse(version: str) -> dict:
     from harness import surface
-    from harness.native.client import wheel_tree
+    from harness.clients.vllm_client import wheel_tree
 
     root = wheel_tree(PROJECT, version) / PACKAGE
     modules = {}

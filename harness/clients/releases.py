@@ -1,8 +1,8 @@
-"""The second client axis: speculators >= 0.5, whose extraction is vLLM's native export driven over `vllm serve`.
+"""The releases on the server path: speculators >= 0.5, whose extraction is vLLM's native export over `vllm serve`.
 
 Each release's end-to-end result on a vLLM build is the row `e2e[client<version>:<model>]` of that build's report,
 held to the build's expectations like the first client's e2e rows (absent: must agree; `broken`: must still fail).
-The server's own contracts are rows `client-*` (harness.native.client_contracts), once per build or per model."""
+The server's own contracts are rows `client-*` (harness.clients.contracts), once per build or per model."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`vllm serve` as speculators >= 0.5 starts it (harness.native.server): each way it can fail is one clear line,
+"""`vllm serve` as speculators >= 0.5 starts it (harness.clients.server): each way it can fail is one clear line,
 and the server is stopped on every path (the leak check of every test sees to that: no process outlives it).
 
 Real servers on the installed vLLM and a tiny Llama; nothing is mocked. On a build without the native export
@@ -15,7 +15,7 @@ import pytest
 
 from harness import models
 from harness.native import availability
-from harness.native.server import HOST, PortInUse, ServerDied, ServerNotReady, VllmServer
+from harness.clients.server import HOST, PortInUse, ServerDied, ServerNotReady, VllmServer
 from harness.testing.recording import not_applicable
 
 IDS = [2, 3, 4]
@@ -63,8 +63,8 @@ def test_with_the_native_export_the_server_serves_or_fails_in_one_line(llama):
     """The server either fails to start on this platform (one line, vLLM's cause) or serves: then speculators
     0.9.0's client either gets the file, or its request fails with what the server's log says (a CPU build's
     connector needs CUDA to write)."""
-    from harness.native.client import extract
-    from harness.native.server import ServerError
+    from harness.clients.vllm_client import extract
+    from harness.clients.server import ServerError
 
     ok, why = availability()
     if not ok:
@@ -88,7 +88,7 @@ def test_speculators_090_client_loads_from_its_wheel_without_importing_the_packa
     """Its package __init__ needs transformers 5; the client module needs openai only (a vLLM dependency)."""
     import sys
 
-    from harness.native.client import load_client
+    from harness.clients.vllm_client import load_client
 
     module = load_client("0.9.0")
     assert callable(module.generate_hidden_states) and callable(module.wait_for_lock)

@@ -1,6 +1,6 @@
 """The contracts of speculators >= 0.5's path on a vLLM build: what its launcher and client need of `vllm serve`,
 and what hs-connectors needs of vLLM's internals. Rows like the native export's (no shim: we report, not repair;
-held to the expectations per build), observed by suites/native/test_client.py from one server per tiny model:
+held to the expectations per build), observed by suites/clients/test_client.py from one server per tiny model:
 
 * `client-serve[model]`: `vllm serve` with the launcher's flags (speculative method `extract_hidden_states`, the
   aux layer ids, `ExampleHiddenStatesConnector` as kv_producer with a storage path) starts and answers /health.
@@ -57,7 +57,7 @@ def _after_serve(rep: dict) -> str | None:
 
 
 def observe_model(rep: dict, chunked: NativeProbe | None = None) -> list:
-    """The four per-model rows from one server_check report (harness.native.server_check.run)."""
+    """The four per-model rows from one server_check report (harness.clients.server_check.run)."""
     model, serve = rep["model"], rep.get("serve") or {}
     started = NativeProbe("vllm serve starts with the export's flags and answers /health", "vllm serve " + " ".join(
         serve.get("args", [])), Attempt(True) if serve.get("started") else Attempt.failed("ServerError", serve.get(

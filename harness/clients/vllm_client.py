@@ -1,4 +1,4 @@
-"""speculators >= 0.5's own client against a `vllm serve` with the native export (harness.native.server).
+"""speculators >= 0.5's own client against a `vllm serve` with the native export (harness.clients.server).
 
 The client is speculators' `speculators/data_generation/vllm_client.py` from its released wheel, loaded by file
 path: importing the package `speculators` would run its `__init__`, which needs transformers 5 and its draft
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.native.files import layers_asked, layout_of
-from harness.native.server import ServerError
+from harness.clients.server import ServerError
 from harness.paths import CACHE
 
 CLIENT_FILE = "speculators/data_generation/vllm_client.py"
@@ -128,7 +128,7 @@ class ServerExport:
 def extract(server, prompts: list[list[int]], *, version: str = "0.9.0", timeout_s: float = 120.0) -> list[ServerExport]:
     """Run `prompts` (token-id lists) through speculators `version`'s client against `server` (a VllmServer) and
     read each file back as that release does; a server that dies meanwhile is named
-    (harness.native.server.ServerDied)."""
+    (harness.clients.server.ServerDied)."""
     import openai
     from safetensors.torch import load_file
 
