@@ -30,21 +30,21 @@ import importlib.util
 from pathlib import Path
 
 from harness.contracts.base import Attempt
-from harness.native.rows import NativeProbe, _native_contract, observe
+from harness.native.rows import NativeProbe, native_contract, observe
 
-SERVE = _native_contract(
+SERVE = native_contract(
     "client-serve", "vllm serve MODEL --speculative-config {method: extract_hidden_states, ...} --kv-transfer-config "
     "{kv_connector: ExampleHiddenStatesConnector, kv_role: kv_producer, ...} starts and answers /health")
-HTTP = _native_contract(
+HTTP = native_contract(
     "client-http", "/v1/completions (token-id prompt, max_tokens=1, return_token_ids) echoes prompt_token_ids and "
     "returns kv_transfer_params['hidden_states_path'] (or ['handle'])")
-FILES = _native_contract(
+FILES = native_contract(
     "client-files", "the returned file is safetensors with hidden_states [tokens, layers, hidden] and token_ids == "
     "the prompt, complete once its .lock (if any) is released")
-LASTLAYER = _native_contract(
+LASTLAYER = native_contract(
     "client-lastlayer", "native id n (the last layer's output, --include-last-layer) is exported and equals the final "
     "decoder layer's output")
-CONNECTORS = _native_contract(
+CONNECTORS = native_contract(
     "client-connectors", "every vLLM name hs-connectors imports resolves here, and its connector subclasses fit "
     "their vLLM bases (private overrides' parameters, abstract methods)")
 PER_MODEL = (SERVE, HTTP, FILES, LASTLAYER)

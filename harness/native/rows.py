@@ -11,8 +11,9 @@ from harness.contracts.base import Attempt, Contract, Observation, summarize
 from harness.native.files import NativeExport
 
 
-def _native_contract(id: str, assumes: str, native_says: str = "holds on this vLLM") -> Contract:
-    """A contract of vLLM's own export: no shim (we report, not repair), any failure documented as itself."""
+def native_contract(id: str, assumes: str, native_says: str = "holds on this vLLM") -> Contract:
+    """A contract of vLLM's own export (the in-process one here, the served one in harness.clients.contracts): no
+    shim (we report, not repair), any failure documented as itself."""
     return Contract(id=id, assumes=assumes, failures=(r".",), native_says=native_says,
                     broken_says="does not hold here")
 
@@ -21,25 +22,25 @@ def _native_contract(id: str, assumes: str, native_says: str = "holds on this vL
 #: native: vLLM's own export runs here and equals ours at the mapped ids; broken: this vLLM has the
 #: export but it does not run on this platform for the model, or it disagrees (reason says which);
 #: n/a: this vLLM has no native export, or no such model class. There is no shim: we report, not repair.
-CONTRACT = _native_contract(
+CONTRACT = native_contract(
     "native", "vLLM's own extract_hidden_states export gives the hidden states ours gives, at ids mapped k -> k + 1",
     native_says="vLLM's native export runs here and agrees with ours")
 
 #: The native path's own contracts, each a row like the others (expected per vLLM version, no shim: where one
 #: does not hold, the native path cannot be used here and the reason says why). `native-path` once per vLLM;
 #: the others once per tiny model (`native-config[tiny-llama]`, ...). Built from NativeProbes by `observe`.
-PATH_CONTRACT = _native_contract(
+PATH_CONTRACT = native_contract(
     "native-path",
     "vLLM has the speculative method 'extract_hidden_states' and the KV connector 'ExampleHiddenStatesConnector'")
-CONFIG_CONTRACT = _native_contract(
+CONFIG_CONTRACT = native_contract(
     "native-config",
     "EngineArgs accept speculative_config {method: extract_hidden_states, eagle_aux_hidden_state_layer_ids} and "
     "kv_transfer_config {kv_connector: ExampleHiddenStatesConnector} for the model, and carry them into the engine config")
-EAGLE3_CONTRACT = _native_contract(
+EAGLE3_CONTRACT = native_contract(
     "native-eagle3",
     "the model class vLLM loads for the checkpoint implements SupportsEagle3 (the native path collects "
     "auxiliary hidden states through it)")
-FILES_CONTRACT = _native_contract(
+FILES_CONTRACT = native_contract(
     "native-files",
     "each request returns kv_transfer_params['hidden_states_path']; the safetensors file holds hidden_states "
     "[tokens, layers, hidden] float32 and token_ids == the prompt, complete once its lock (if any) is released")
