@@ -126,8 +126,6 @@ def pytest_xdist_node_collection_finished(node, ids):
     COLLECTOR.collected = list(ids)
 
 
-
-
 def suite_files() -> dict[str, list[str]]:
     """The test files of each complete run (harness.paths.SUITES), relative to the checkout: a run that leaves any
     of them out is a subset."""
