@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import json
-import sys
 from pathlib import Path
 
 from harness.paths import FIXTURES
@@ -63,5 +62,10 @@ def dump(version: str) -> Path:
 
 
 if __name__ == "__main__":
-    v = sys.argv[sys.argv.index("--version") + 1] if "--version" in sys.argv else "0.9.0"
-    print(dump(v))
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m harness.clients.connectors_surface",
+                                 description="Rewrite fixtures/surfaces/hs-connectors-<version>.json from that "
+                                             "release's wheel.")
+    ap.add_argument("--version", default="0.9.0", help="the hs-connectors release to read (default: 0.9.0)")
+    print(dump(ap.parse_args().version))
