@@ -72,13 +72,8 @@ def discard_segments(names, directory: str = SHM) -> list[str]:
     workers share with this process, which would otherwise warn about them at exit. Returns the ones removed."""
     from multiprocessing import resource_tracker
 
-    gone = []
-    for name in names:
-        try:
-            os.unlink(os.path.join(directory, name))
-        except OSError:
-            continue
-        gone.append(name)
+    gone = _unlink(names, directory)
+    for name in gone:
         try:
             resource_tracker.unregister("/" + name, "shared_memory")
         except Exception:  # no tracker running: nothing to tell

@@ -117,19 +117,20 @@ def _observed_run():
         with tempfile.TemporaryDirectory(prefix="harness-observed-") as tmp:
             tmp = Path(tmp)
             (tmp / "none").mkdir()
-            out = subprocess.run([sys.executable, "-m", "harness", "run", "--env", "observed-x", "--",
-                                  "--harness-report-dir", str(tmp / "reports"), "-k", "test_contract and schedcfg"],
-                                 capture_output=True, text=True, env={**env, "HARNESS_EXPECTATIONS_DIR": str(tmp / "none")},
-                                 timeout=600)
+            draft = tmp / "reports" / "observed-x.expectations-draft.toml"
+
+            def harness_run(run_env: dict) -> subprocess.CompletedProcess:
+                return subprocess.run([sys.executable, "-m", "harness", "run", "--env", "observed-x", "--",
+                                       "--harness-report-dir", str(tmp / "reports"), "-k", "test_contract and schedcfg"],
+                                      capture_output=True, text=True, env=run_env, timeout=600)
+
+            out = harness_run({**env, "HARNESS_EXPECTATIONS_DIR": str(tmp / "none")})
             got = {"rc": out.returncode, "stdout": out.stdout, "stderr": out.stderr,
-                   "report": _read(tmp / "reports" / "observed-x.json"),
-                   "draft": _read(tmp / "reports" / "observed-x.expectations-draft.toml")}
+                   "report": _read(tmp / "reports" / "observed-x.json"), "draft": _read(draft)}
             # The same run, judged by the committed expectations: the observation's draft is spent.
-            judged = subprocess.run([sys.executable, "-m", "harness", "run", "--env", "observed-x", "--",
-                                     "--harness-report-dir", str(tmp / "reports"), "-k", "test_contract and schedcfg"],
-                                    capture_output=True, text=True, env=env, timeout=600)
+            judged = harness_run(env)
             got["judged"] = {"rc": judged.returncode, "out": judged.stdout[-1500:] + judged.stderr[-1500:],
-                             "draft_left": (tmp / "reports" / "observed-x.expectations-draft.toml").exists()}
+                             "draft_left": draft.exists()}
             return got
     return child
 
