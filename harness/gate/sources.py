@@ -110,7 +110,9 @@ def timeout_s() -> float:
 
 
 def cache_root(cache_dir: str | Path | None = None) -> Path:
-    return Path(cache_dir or os.environ.get("HARNESS_GATE_CACHE") or CACHE / "gate")
+    """The cache folder, absolute: a relative `--cache-dir` or `$HARNESS_GATE_CACHE` (a workflow's `.cache/gate`)
+    is taken against the working directory now, so links made into it never dangle from another folder."""
+    return Path(cache_dir or os.environ.get("HARNESS_GATE_CACHE") or CACHE / "gate").expanduser().absolute()
 
 
 def normalize(version: str) -> str:

@@ -64,7 +64,7 @@ class Tree:
     """One version's sources with the `wanted` modules loaded by griffe; asks for more via `requested`."""
 
     def __init__(self, root: Path, wanted: set[str]):
-        self.root = Path(root)
+        self.root = Path(root).absolute()  # the farm's links point here: relative targets would dangle
         self.wanted = set(wanted)
         self.requested: set[str] = set()
         self._farm = Path(tempfile.mkdtemp(prefix="harness-gate-farm-"))
