@@ -251,6 +251,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from harness import versions
     from harness.reporting.report import write_atomic
+    from harness.reporting.stable import stable
 
     rep = run(args.model, clients=tuple(args.client or CLIENTS), dtype=args.dtype, attention_backend=args.attention_backend,
               gpu_memory_utilization=args.gpu_memory_utilization)
@@ -260,6 +261,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{rep['date']}-clients-{args.model}"
+    rep = stable(rep)
     write_atomic(out / f"{stem}.json", json.dumps(rep, indent=2) + "\n")
     write_atomic(out / f"{stem}.md", markdown(rep))
     print(markdown(rep))

@@ -19,6 +19,8 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from harness.reporting import stable
+
 
 class Outcome(str, enum.Enum):
     NATIVE = "native"
@@ -97,6 +99,11 @@ class Attempt:
     error: str | None = None
     detail: dict = field(default_factory=dict)
     seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        # the error as every later excerpt quotes it: pids, log times, temp paths normalised before any cut
+        if isinstance(self.error, str):
+            self.error = stable.text(self.error)
 
     @classmethod
     def run(cls, fn: Callable[[], Any]) -> tuple["Attempt", Any]:

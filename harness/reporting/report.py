@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from harness.paths import REPO_ROOT
+from harness.reporting.stable import stable
 
 SCHEMA = "harness-env-report/2"
 #: Schema 1 keyed the per-model contract rows by architecture family (`embed[llama]`); schema 2 keys them by
@@ -301,7 +302,7 @@ def write(rep: dict, directory: Path, name: str | None = None) -> tuple[Path, Pa
     directory = Path(directory)
     name = name or rep["env"]
     j, m = directory / f"{name}.json", directory / f"{name}.md"
-    rep = unmachined(rep)
+    rep = stable(unmachined(rep))
     write_atomic(j, json.dumps(rep, indent=2, sort_keys=False, default=str) + "\n")
     write_atomic(m, markdown(rep))
     return j, m

@@ -1,0 +1,212 @@
+"""Reports that a re-run reproduces byte for byte, apart from the fields that measure time.
+
+Committed reports are compared by people (git diff) and by tests (pages rebuilt from them). Evidence often quotes
+an error or a log line of a vLLM worker, and such a line carries what differs every run: the worker's pid, the
+log line's clock time, a temporary folder's random name, a port the OS picked, a memory address, the random
+suffix vLLM appends to a request id. `text()` replaces exactly those tokens with a placeholder and keeps the
+message, the file:line and the exception type, so the same failure reads the same in every run.
+
+What is left to differ is of two kinds, both named here and nowhere else:
+- time, in `TIMING_KEYS` (a report's `generated_at`, per-attempt `seconds`, wall times, the `timings` block; the
+  `.bench.json` file is nothing but timings): `without_timings()` drops exactly those, and on one machine two runs
+  with the same verdicts agree on everything else (seen: three CI runs of vllm016 on one Xeon, equal to the bit);
+- what the CPU's kernels and allocator decide: the float32 differences against transformers and the host memory
+  peaks (`MACHINE_KEYS`, the printed floats and MiB counts of an e2e row's `measured` text), and the CPU's name
+  (`platform.cpu`). A run on another CPU (an EPYC instead of the Xeon a report was made on) differs there and
+  only there when its verdicts are the same. `comparable()` drops those too: two reports of one vLLM with the same
+  verdicts are `comparable`-equal on any x86 machine. The bounds the numbers are held to are kept.
+`markdown_without_timings()` and `comparable_markdown()` do the same for `reports/<env>.md`.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Volatile tokens inside quoted errors and log lines, and what they become. Order matters: a temporary path
+#: may hold a request id, and is rewritten first.
+_VOLATILE = (
+    # (VllmWorker pid=31622), (EngineCore_DP0 pid=123): the process id of whoever logged the line.
+    (re.compile(r"\bpid=\d+"), "pid=<pid>"),
+    # vLLM's log prefix: "ERROR 12-04 04:25:43 [file.py:783]" (optionally with milliseconds).
+    (re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?"), r"\1 <time>"),
+    # A folder tempfile made: /tmp/native-export-tu07okey/... (its random part is a tempfile suffix).
+    (re.compile(r"(?<![\w/.-])/(?:tmp|var/tmp|dev/shm)/[^\s/'\"()\]]+"), "<tmp>"),
+    # Request ids with vLLM's random suffix ("0-9590042c"), as they appear in connector file names.
+    (re.compile(r"(?<![\w-])(\d+)-[0-9a-f]{8}(?=\.safetensors\b)"), r"\1-<id>"),
+    # Ports on the loopback a server was started on.
+    (re.compile(r"\b(127\.0\.0\.1|localhost|0\.0\.0\.0|\[::1\]):\d{2,5}\b"), r"\1:<port>"),
+    # Memory addresses in reprs and tracebacks.
+    (re.compile(r"\b0x[0-9a-fA-F]{6,16}\b"), "0x<addr>"),
+)
+
+#: Keys whose values measure time: every other field of a report is reproduced by a re-run with the same verdicts.
+TIMING_KEYS = frozenset({"generated_at", "seconds", "wall_s", "proofs_s", "timings"})
+
+
+def text(value: str) -> str:
+    """`value` with pids, log clock times, temporary paths, request-id suffixes, ports and addresses replaced."""
+    for pattern, replacement in _VOLATILE:
+        value = pattern.sub(replacement, value)
+    return value
+
+
+def stable(value):
+    """Every string in a report (nested dicts and lists) through `text()`; other values unchanged."""
+    if isinstance(value, str):
+        return text(value)
+    if isinstance(value, dict):
+        return {k: stable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [stable(v) for v in value]
+    return value
+
+
+def without_timings(value):
+    """A report (or any part of one) without its `TIMING_KEYS`, at any depth: what two runs must agree on."""
+    if isinstance(value, dict):
+        return {k: without_timings(v) for k, v in value.items() if k not in TIMING_KEYS}
+    if isinstance(value, list):
+        return [without_timings(v) for v in value]
+    return value
+
+
+#: Numeric observations whose last digits the CPU decides (float32 kernels, the allocator), by key, at any depth.
+MACHINE_KEYS = frozenset({"max_abs_diff", "rel_diff", "max_diff_alone", "mean_diff_alone", "host_peak_warmup",
+                          "host_peak_after"})
+#: How those numbers print inside an e2e row's `measured` text and the Markdown: "3.19e-06", "2651 MiB".
+_MEASURED_NUMBER = re.compile(r"\b\d\.\d+e[-+]\d+\b|\b\d+ MiB\b")
+
+
+def comparable(rep: dict) -> dict:
+    """An env report without timings and without what the machine's CPU decides (see the module's docstring)."""
+    out = without_timings(rep)
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in MACHINE_KEYS}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    out = strip(out)
+    if isinstance(out.get("platform"), dict):
+        out["platform"] = {k: v for k, v in out["platform"].items() if k != "cpu"}
+    for row in out.get("e2e") or []:
+        if isinstance(row.get("measured"), str):
+            row["measured"] = _MEASURED_NUMBER.sub("<n>", row["measured"])
+    return out
+
+
+#: The lines of an env report's Markdown that render timing fields (see `harness.reporting.report.markdown`).
+_MD_GENERATED = re.compile(r" Generated [0-9T:+-]+\.$")
+_MD_TIME_SECTIONS = ("## Wall time per tier", "## Where the time went")
+
+
+def markdown_without_timings(md: str) -> str:
+    """An env report's Markdown without what renders timing fields: the "Generated ..." stamp and the two
+    time sections (each runs to the next heading)."""
+    out, skipping = [], False
+    for line in md.splitlines():
+        if line.startswith("## "):
+            skipping = line in _MD_TIME_SECTIONS
+        if not skipping:
+            out.append(_MD_GENERATED.sub("", line))
+    return "\n".join(out) + "\n"
+
+
+_MD_CPU = re.compile(r"(, \d+ CPUs); .*\)\.$")
+_MD_E2E = "## End to end"
+
+
+def comparable_markdown(md: str) -> str:
+    """`markdown_without_timings`, with the CPU's name dropped and, in the end-to-end table, the numbers the CPU
+    decides masked (as `comparable`)."""
+    out, in_e2e = [], False
+    for line in markdown_without_timings(md).splitlines():
+        if line.startswith("## "):
+            in_e2e = line.startswith(_MD_E2E)
+        line = _MD_CPU.sub(r"\1).", line)
+        if in_e2e and line.startswith("| "):
+            line = _MEASURED_NUMBER.sub("<n>", line)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+# -- a checkout's reports against a commit --------------------------------------------------------------
+def _same(name: str, old: str, new: str) -> bool:
+    """Whether a committed report file and its rewrite agree on everything but timing fields."""
+    import json
+
+    if name.endswith(".bench.json"):  # a bench file is timings only
+        return True
+    if name.endswith(".json"):
+        try:
+            return comparable(json.loads(old)) == comparable(json.loads(new))
+        except ValueError:
+            return False
+    if name.endswith(".md"):
+        return comparable_markdown(old) == comparable_markdown(new)
+    return old == new
+
+
+def changed_beyond_timings(root, rev: str = "HEAD", folder: str = "reports") -> list[str]:
+    """The files under `folder` of the checkout at `root` that differ from `rev` in more than timing fields
+    (a file added or removed counts). Raises RuntimeError when `root` is not a git checkout or `rev` is unknown."""
+    import subprocess
+    from pathlib import Path
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+        if out.returncode:
+            raise RuntimeError(f"git {' '.join(args)}: {out.stderr.strip() or 'failed'}")
+        return out.stdout
+
+    names = git("diff", "--name-only", "--no-renames", rev, "--", folder).split()
+    names += git("ls-files", "--others", "--exclude-standard", "--", folder).split()
+    changed = []
+    for name in sorted(set(names)):
+        path = Path(root) / name
+        if not path.exists():
+            changed.append(f"{name}: removed")
+            continue
+        try:
+            old = git("show", f"{rev}:{name}")
+        except RuntimeError:
+            changed.append(f"{name}: added")
+            continue
+        try:
+            new = path.read_text()
+        except UnicodeDecodeError:
+            changed.append(f"{name}: changed (binary)")
+            continue
+        if not _same(name, old, new):
+            changed.append(f"{name}: changed beyond its timing fields")
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harness.reporting.stable [--rev REV]`: exit 0 when reports/ differs from REV (default HEAD) in
+    timing fields only, 1 listing the files that differ in more, 2 when it cannot tell (not a git checkout)."""
+    import argparse
+    import sys
+
+    from harness.paths import REPO_ROOT
+
+    ap = argparse.ArgumentParser(prog="python -m harness.reporting.stable", description=main.__doc__)
+    ap.add_argument("--rev", default="HEAD", help="the commit to compare reports/ with (default HEAD)")
+    ap.add_argument("--root", default=str(REPO_ROOT), help="the checkout (default: this one)")
+    args = ap.parse_args(argv)
+    try:
+        changed = changed_beyond_timings(args.root, args.rev)
+    except (RuntimeError, OSError) as exc:
+        print(f"harness: cannot compare reports/ with {args.rev}: {exc}", file=sys.stderr)
+        return 2
+    for line in changed:
+        print(line)
+    print(f"harness: reports/ against {args.rev}: " + (f"{len(changed)} files differ beyond their timing fields"
+                                                          if changed else "only timing fields differ"))
+    return 1 if changed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
