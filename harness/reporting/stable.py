@@ -7,12 +7,13 @@ suffix vLLM appends to a request id. `text()` replaces exactly those tokens with
 message, the file:line and the exception type, so the same failure reads the same in every run.
 
 What is left to differ is of two kinds, both named here and nowhere else:
-- time, in `TIMING_KEYS` (a report's `generated_at`, per-attempt `seconds`, wall times, the `timings` block; the
-  `.bench.json` file is nothing but timings): `without_timings()` drops exactly those, and on one machine two runs
-  with the same verdicts agree on everything else (seen: three CI runs of vllm016 on one Xeon, equal to the bit);
-- what the CPU's kernels and allocator decide: the float32 differences against transformers and the host memory
-  peaks (`MACHINE_KEYS`, the printed floats and MiB counts of an e2e row's `measured` text), and the CPU's name
-  (`platform.cpu`). A run on another CPU (an EPYC instead of the Xeon a report was made on) differs there and
+- what each run measures anew, in `TIMING_KEYS`: time (a report's `generated_at`, per-attempt `seconds`, wall
+  times, the `timings` block; the `.bench.json` file is nothing but timings) and the soak's host memory peaks
+  (also printed as "N MiB" in its row's `measured` text; they move by tens of MiB between two runs on one
+  machine). `without_timings()` drops exactly those, and on one machine two runs with the same verdicts agree on
+  everything else (seen: three CI runs of vllm016 on one Xeon; two runs on one EPYC);
+- what the CPU's kernels decide: the last digits of the float32 differences against transformers
+  (`MACHINE_KEYS`, and the floats printed in an e2e row's `measured` text), and the CPU's name (`platform.cpu`). A run on another CPU (an EPYC instead of the Xeon a report was made on) differs there and
   only there when its verdicts are the same. `comparable()` drops those too: two reports of one vLLM with the same
   verdicts are `comparable`-equal on any x86 machine. The bounds the numbers are held to are kept.
 `markdown_without_timings()` and `comparable_markdown()` do the same for `reports/<env>.md`.
@@ -40,7 +41,10 @@ _VOLATILE = (
 )
 
 #: Keys whose values measure time: every other field of a report is reproduced by a re-run with the same verdicts.
-TIMING_KEYS = frozenset({"generated_at", "seconds", "wall_s", "proofs_s", "timings"})
+TIMING_KEYS = frozenset({"generated_at", "seconds", "wall_s", "proofs_s", "timings", "host_peak_warmup",
+                         "host_peak_after"})
+#: How a memory peak prints in an e2e row's `measured` text and the Markdown.
+_MIB = re.compile(r"\b\d+ MiB\b")
 
 
 def text(value: str) -> str:
@@ -62,19 +66,22 @@ def stable(value):
 
 
 def without_timings(value):
-    """A report (or any part of one) without its `TIMING_KEYS`, at any depth: what two runs must agree on."""
+    """A report (or any part of one) without its `TIMING_KEYS` at any depth, and the memory peaks its e2e rows
+    print masked: what two runs on one machine must agree on."""
     if isinstance(value, dict):
-        return {k: without_timings(v) for k, v in value.items() if k not in TIMING_KEYS}
+        out = {k: without_timings(v) for k, v in value.items() if k not in TIMING_KEYS}
+        if isinstance(out.get("measured"), str) and "check" in out:  # an e2e row
+            out["measured"] = _MIB.sub("<n> MiB", out["measured"])
+        return out
     if isinstance(value, list):
         return [without_timings(v) for v in value]
     return value
 
 
 #: Numeric observations whose last digits the CPU decides (float32 kernels, the allocator), by key, at any depth.
-MACHINE_KEYS = frozenset({"max_abs_diff", "rel_diff", "max_diff_alone", "mean_diff_alone", "host_peak_warmup",
-                          "host_peak_after"})
-#: How those numbers print inside an e2e row's `measured` text and the Markdown: "3.19e-06", "2651 MiB".
-_MEASURED_NUMBER = re.compile(r"\b\d\.\d+e[-+]\d+\b|\b\d+ MiB\b")
+MACHINE_KEYS = frozenset({"max_abs_diff", "rel_diff", "max_diff_alone", "mean_diff_alone"})
+#: How those numbers print inside an e2e row's `measured` text and the Markdown: "3.19e-06".
+_MEASURED_NUMBER = re.compile(r"\b\d\.\d+e[-+]\d+\b")
 
 
 def comparable(rep: dict) -> dict:
@@ -100,22 +107,24 @@ def comparable(rep: dict) -> dict:
 #: The lines of an env report's Markdown that render timing fields (see `harness.reporting.report.markdown`).
 _MD_GENERATED = re.compile(r" Generated [0-9T:+-]+\.$")
 _MD_TIME_SECTIONS = ("## Wall time per tier", "## Where the time went")
+_MD_E2E = "## End to end"
 
 
 def markdown_without_timings(md: str) -> str:
     """An env report's Markdown without what renders timing fields: the "Generated ..." stamp and the two
     time sections (each runs to the next heading)."""
-    out, skipping = [], False
+    out, skipping, in_e2e = [], False, False
     for line in md.splitlines():
         if line.startswith("## "):
             skipping = line in _MD_TIME_SECTIONS
+            in_e2e = line.startswith(_MD_E2E)
         if not skipping:
-            out.append(_MD_GENERATED.sub("", line))
+            line = _MD_GENERATED.sub("", line)
+            out.append(_MIB.sub("<n> MiB", line) if in_e2e and line.startswith("| ") else line)
     return "\n".join(out) + "\n"
 
 
 _MD_CPU = re.compile(r"(, \d+ CPUs); .*\)\.$")
-_MD_E2E = "## End to end"
 
 
 def comparable_markdown(md: str) -> str:
