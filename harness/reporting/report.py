@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from harness.paths import REPO_ROOT
-from harness.reporting.stable import stable
+from harness.reporting.stable import map_strings, text
 
 SCHEMA = "harness-env-report/2"
 #: Schema 1 keyed the per-model contract rows by architecture family (`embed[llama]`); schema 2 keys them by
@@ -286,23 +286,27 @@ def build_lines(rep: dict) -> list[str]:
 SITE_PREFIX = re.compile(r"/[^\s'\"()]*?/site-packages/")
 
 
+def unmachined_text(value: str) -> str:
+    return SITE_PREFIX.sub("", value).replace(f"{REPO_ROOT}/", "")  # site-packages first: it may lie inside
+
+
 def unmachined(value):
     """`value` with this machine's paths made relative (the checkout, site-packages): reports are committed and
     compared across machines."""
-    if isinstance(value, str):
-        return SITE_PREFIX.sub("", value).replace(f"{REPO_ROOT}/", "")  # site-packages first: it may lie inside
-    if isinstance(value, dict):
-        return {k: unmachined(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [unmachined(v) for v in value]
-    return value
+    return map_strings(value, unmachined_text)
+
+
+def publishable(value):
+    """What a written report holds: this machine's paths made relative, then volatile tokens (pids, log times, temp
+    paths: harness.reporting.stable.text) replaced, in one pass over the strings."""
+    return map_strings(value, lambda v: text(unmachined_text(v)))
 
 
 def write(rep: dict, directory: Path, name: str | None = None) -> tuple[Path, Path]:
     directory = Path(directory)
     name = name or rep["env"]
     j, m = directory / f"{name}.json", directory / f"{name}.md"
-    rep = stable(unmachined(rep))
+    rep = publishable(rep)
     write_atomic(j, json.dumps(rep, indent=2, sort_keys=False, default=str) + "\n")
     write_atomic(m, markdown(rep))
     return j, m

@@ -54,14 +54,28 @@ def text(value: str) -> str:
     return value
 
 
-def stable(value):
-    """Every string in a report (nested dicts and lists) through `text()`; other values unchanged."""
+def map_strings(value, fn):
+    """`value` (nested dicts and lists) with every string through `fn`; other values unchanged."""
     if isinstance(value, str):
-        return text(value)
+        return fn(value)
     if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items()}
+        return {k: map_strings(v, fn) for k, v in value.items()}
     if isinstance(value, list):
-        return [stable(v) for v in value]
+        return [map_strings(v, fn) for v in value]
+    return value
+
+
+def stable(value):
+    """Every string in a report through `text()`."""
+    return map_strings(value, text)
+
+
+def _drop_keys(value, keys: frozenset):
+    """`value` (nested dicts and lists) without the dict entries named in `keys`, at any depth."""
+    if isinstance(value, dict):
+        return {k: _drop_keys(v, keys) for k, v in value.items() if k not in keys}
+    if isinstance(value, list):
+        return [_drop_keys(v, keys) for v in value]
     return value
 
 
@@ -86,16 +100,7 @@ _MEASURED_NUMBER = re.compile(r"\b\d\.\d+e[-+]\d+\b")
 
 def comparable(rep: dict) -> dict:
     """An env report without timings and without what the machine's CPU decides (see the module's docstring)."""
-    out = without_timings(rep)
-
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k not in MACHINE_KEYS}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-
-    out = strip(out)
+    out = _drop_keys(without_timings(rep), MACHINE_KEYS)
     if isinstance(out.get("platform"), dict):
         out["platform"] = {k: v for k, v in out["platform"].items() if k != "cpu"}
     for row in out.get("e2e") or []:

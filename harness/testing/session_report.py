@@ -239,9 +239,9 @@ def pytest_sessionfinish(session, exitstatus):
     drafted = j.with_name(f"{rep['env']}.expectations-draft.toml")
     if observe_only() and rep["contracts"]:
         from harness.reporting.expectations import draft
-        from harness.reporting.report import unmachined, write_atomic
+        from harness.reporting.report import publishable, write_atomic
 
-        write_atomic(drafted, draft(unmachined(rep)))  # the same text as the written report: no machine paths
+        write_atomic(drafted, draft(publishable(rep)))  # the same text as the written report
         rep["draft"] = str(drafted)
     elif not observe_only():
         drafted.unlink(missing_ok=True)  # judged against reviewed expectations: an observation's draft is spent
