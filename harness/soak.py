@@ -16,8 +16,13 @@ bitwise). Where it is not held, it is reported: on the H200, tiny Kimi-K2.5 on T
 itself alone by up to ~2.6 at 1,500-token prompts, from row ~130 on, not at chunk boundaries, and as far from
 transformers' float32 when extracted alone (benchmarks/gpu_chunk_boundary.py): MLA kernel numerics, not the
 harness's placement.
-Memory is flat when no reading after the warm-up (the first call of the largest batch) exceeds the peak up to it
-by more than `FLAT_SLACK` (relative) plus `FLAT_BYTES`.
+Memory is flat when no reading after the warm-up exceeds the peak up to it by more than `FLAT_SLACK` (relative)
+plus `FLAT_BYTES`. The warm-up ends once both extremes have run: the largest batch (most tokens) and the longest
+prompt (extracted alone, it needs attention workspace no batch of shorter prompts does: on an H100 and an H200
+alike, tiny Kimi-K2.5 on TRITON_MLA reserved 463 MiB more for it than for the 64,000-token batch). A caching
+allocator grows once per new extreme; a leak keeps growing after both.
+On the device, flat is judged on the bytes live tensors hold (a leak holds them); the bytes the caching allocator
+reserves are reported beside them, since they also grow with fragmentation when batch shapes vary.
 """
 
 from __future__ import annotations
@@ -81,7 +86,8 @@ class Call:
     max_diff_alone: float
     mean_diff_alone: float
     host_rss: int
-    device_reserved: list[int | None]
+    device: list[tuple[int, int] | None]  # per rank: (allocated, reserved) bytes
+    longest: int = 0  # tokens of the call's longest prompt
 
 
 @dataclass
@@ -97,9 +103,10 @@ class Soak:
 
     @property
     def warmup(self) -> int:
-        """Index of the first call of the largest batch (by tokens)."""
-        most = max(c.tokens for c in self.calls)
-        return next(i for i, c in enumerate(self.calls) if c.tokens == most)
+        """Index of the call by which both extremes have run: the largest batch (by tokens), the longest prompt."""
+        most, longest = max(c.tokens for c in self.calls), max(c.longest for c in self.calls)
+        return max(next(i for i, c in enumerate(self.calls) if c.tokens == most),
+                   next(i for i, c in enumerate(self.calls) if c.longest == longest))
 
     def growth(self) -> dict:
         """Peaks up to and after warm-up, host and device, and whether memory stayed flat."""
@@ -110,11 +117,16 @@ class Soak:
             return before, after, after <= before * (1 + FLAT_SLACK) + FLAT_BYTES
 
         host = peaks([c.host_rss for c in self.calls])
-        per_rank = list(zip(*[c.device_reserved for c in self.calls])) if self.calls else []
-        device = [peaks(list(r)) for r in per_rank if all(v is not None for v in r)]
+        per_rank = list(zip(*[c.device for c in self.calls])) if self.calls else []
+        ranks = [r for r in per_rank if all(v is not None for v in r)]
+        held = [peaks([v[0] for v in r]) for r in ranks]
+        reserved = [peaks([v[1] for v in r]) for r in ranks]
         return {"warmup_call": w, "host_peak_warmup": host[0], "host_peak_after": host[1], "host_flat": host[2],
-                "device_peak_warmup": [d[0] for d in device], "device_peak_after": [d[1] for d in device],
-                "device_flat": all(d[2] for d in device)}
+                "device_peak_warmup": [d[0] for d in held], "device_peak_after": [d[1] for d in held],
+                "device_flat": all(d[2] for d in held),
+                **({"device_reserved_peak_warmup": [d[0] for d in reserved],
+                    "device_reserved_peak_after": [d[1] for d in reserved],
+                    "device_mib": [[[v[0] >> 20, v[1] >> 20] for v in c.device] for c in self.calls]} if ranks else {})}
 
     @property
     def ok(self) -> bool:
@@ -188,9 +200,9 @@ def run(gen, p: Plan, bound, strict: bool = True) -> Soak:
                                 f"{mean:.3g} > {tol:.3g}")
         elif strict and worst > tol:
             out.failures.append(f"call {i}: a prompt differs from itself extracted alone by {worst:.3g} > {tol:.3g}")
-        device = gen.real_executor.collective_rpc("_harness_memory_reserved")
+        device = gen.real_executor.collective_rpc("_harness_device_memory")
         out.calls.append(Call(len(batch), sum(map(len, batch)), seconds, rows_ok, worst, mean,
-                              _host_rss(out.workers_before) - held, list(device)))
+                              _host_rss(out.workers_before) - held, list(device), max(map(len, batch))))
     out.workers_after = workers()
     if out.refused is None and p.refused_before < len(p.calls):
         out.failures.append("the refused call was not refused")

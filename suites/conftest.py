@@ -22,6 +22,11 @@ class ModelRun:
     absent: str | None = None  # why this vLLM cannot run the model at all (e.g. no such architecture yet)
     failed: object = None  # the start attempt, when the shimmed generator could not start
 
+    @property
+    def refused(self) -> str | None:
+        """Why the generator refuses this model's states (C-eagle3's admission check at start), or None."""
+        return None if self.generator is None else self.generator.refused
+
     def unavailable(self, contract):
         """The observation for a per-model contract when no generator runs: n/a (architecture absent from
         this vLLM) or broken (it did not start through the shims)."""

@@ -19,10 +19,10 @@ from harness.models import fixture_names
 IDS = (
     "import", "schedcfg", "memory", "blocksize", "kvlayout", "kvhelpers", "sched",
     "request", "prefixcache", "chunkedprefill",
-    "rpc", "twophase", "mla", "kimistack", "eagle3", "embed", "layer",
+    "rpc", "twophase", "mla", "kimistack", "eagle3", "embed", "layer", "forward",
 )
 #: Contracts probed once per tiny model (key "id[<fixture>]", e.g. "embed[tiny-llama]"); the others once per vLLM.
-PER_MODEL = ("mla", "kimistack", "eagle3", "embed", "layer")
+PER_MODEL = ("mla", "kimistack", "eagle3", "embed", "layer", "forward")
 #: The tiny models the CPU conformance run uses: every fixture in fixtures/models/ (a new file is a new model).
 E2E_MODELS = tuple(fixture_names())
 
@@ -57,6 +57,16 @@ def selected(attach: Attach, disabled=frozenset()) -> list[tuple[str, Shim]]:
     in `disabled` (a proof's run without one shim)."""
     return [(m.CONTRACT.id, shim) for m in modules() if m.CONTRACT.id not in disabled
             for shim in m.CONTRACT.shims_at(attach)]
+
+
+def refusal(generator) -> str | None:
+    """Why a contract refuses every extraction by this generator (a module's `admit(generator)`), or None. Asked
+    once, when the generator's workers are set up: C-eagle3's check of a stack its shim admitted."""
+    for m in modules():
+        admit = getattr(m, "admit", None)
+        if admit is not None and (text := admit(generator)):
+            return text
+    return None
 
 
 def by_id() -> dict:

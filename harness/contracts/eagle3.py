@@ -4,13 +4,18 @@ speculators 0.3.0 refuses any model for which vLLM's `supports_eagle3()` is Fals
 support hidden state extraction"). The check is a guard, not a need: the capture only needs the
 decoder stack's layers, `start_layer`/`end_layer` and final norm (speculators 0.4.0 dropped the
 check). vLLM adds SupportsEagle3 to DeepseekV2/V3 and Kimi-K2.5 in 0.18. Shim (in the worker):
-accept a model whose stack has what the patched forward uses.
+accept a model whose stack has what the patched forward uses, and only where speculators' replacement forward
+gives that model's own layer outputs: once the workers are set up, the generator runs `admit` (C-forward's
+comparison on two fixed prompts), and a divergence refuses every extraction (Gemma-2 on vLLM <= 0.17: its forward
+scales the embeddings, speculators' loop does not). A stack vLLM marks SupportsEagle3 is not checked here;
+C-forward's row says whether it holds.
 """
 
 from __future__ import annotations
 
 import ast
-from harness.contracts.base import Attach, Contract, GateCover, Observation, Shim
+from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
+from harness.contracts import forward
 from harness.gate.facts import Fact
 from harness.gate.lookups import FAMILIES, KIMI, imported, not_found
 
@@ -41,6 +46,30 @@ def accept_patchable(ns: dict, current, worker) -> bool:
     return not current("supports_eagle3")(worker.model_runner.model)
 
 
+def admitted_by_shim(worker) -> bool:
+    """Whether speculators' set-up patched a stack that vLLM does not mark SupportsEagle3 (`accept_patchable` let it
+    in): only such a stack needs the admission check."""
+    from vllm.model_executor.models.interfaces import supports_eagle3
+
+    model = worker.model_runner.model
+    return (not supports_eagle3(model)) and patchable(model) and "forward" in forward.stack_of(worker).__dict__
+
+
+def admission_prompts(vocab_size: int) -> list[list[int]]:
+    """Fixed prompts for the admission check (C-forward's lengths; deterministic ids spread over the vocabulary)."""
+    return [[(7 * i + 3 + 101 * n) % vocab_size for i in range(n)] for n in forward.PROMPT_TOKENS]
+
+
+def admit(generator) -> str | None:
+    """Run by the generator once its workers are set up: for a stack this contract's shim admitted, C-forward's
+    check (the model's own forward against speculators' loop, on two fixed prompts); why every extraction is refused,
+    or None. A stack vLLM marks SupportsEagle3 is not checked here: C-forward's row says whether it holds."""
+    call = generator.executor_view.real.collective_rpc
+    if not call("_harness_call", args=(admitted_by_shim,))[0]:
+        return None
+    return forward.admission(generator, admission_prompts(generator.vocab_size))
+
+
 def worker_probe(worker, layer_ids) -> dict:
     from vllm.model_executor.models.interfaces import supports_eagle3
 
@@ -53,8 +82,11 @@ def worker_probe(worker, layer_ids) -> dict:
 
 def probe(ctx) -> Observation:
     r = ctx.worker_call(worker_probe, ctx.layer_ids)
-    return Observation.of(CONTRACT, r["unshimmed"], r["shimmed"], r["facts"],
-                       subject=ctx.model.subject)
+    shimmed = r["shimmed"]
+    if shimmed.ok and not r["facts"]["supports_eagle3"] and ctx.generator.refused:
+        # admitted by the shim, refused by its admission check: speculators' loop is not this model's forward
+        shimmed = Attempt.failed(forward.FAILURE, ctx.generator.refused)
+    return Observation.of(CONTRACT, r["unshimmed"], shimmed, r["facts"], subject=ctx.model.subject)
 
 
 # -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------

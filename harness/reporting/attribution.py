@@ -38,10 +38,16 @@ class Verdict:
             return False
         return not self.started.ok or (self.max_abs_diff is not None and self.max_abs_diff > AGREE)
 
-    def says(self, architecture: str) -> str:
+    def says(self, architecture: str, speculators_forward: str | None = None) -> str:
+        """Whose fault; `speculators_forward` names the C-forward row that declares speculators' replacement
+        forward not this model's (then plain vLLM agreeing makes the cell speculators')."""
         import os
 
         how = " (run with VLLM_MLA_DISABLE=1: this build cannot run MLA)" if os.environ.get("VLLM_MLA_DISABLE") == "1" else ""
+        if speculators_forward and self.started.ok and not self.vllm_wrong:
+            return (f"speculators is at fault: plain vLLM (no speculators) agrees with transformers (eager attention) "
+                    f"on {architecture} ({self.max_abs_diff:.2g} in prompt logprobs), while speculators' replacement "
+                    f"forward skips a step of the model's own ({speculators_forward})") + how
         return self._says(architecture) + how
 
     def _says(self, architecture: str) -> str:

@@ -40,6 +40,11 @@ class IncompleteExtraction(RuntimeError):
     """A result has fewer (or more) hidden-state rows than its prompt has tokens."""
 
 
+class ExtractionRefused(RuntimeError):
+    """The generator refuses to extract: speculators' replacement forward does not compute this model's own layer
+    outputs (C-forward's comparison, run at start for a stack C-eagle3's shim admitted)."""
+
+
 @dataclass
 class ShimState:
     """What the shims need to know about the generator they serve, filled in as it is built."""
@@ -218,6 +223,12 @@ class HarnessGenerator:
         self.copy_out = transport.CopyOut(workers=tensor_parallel_size)  # speculators' per-prompt copies
         self.fast_views = fast_path.Views()  # what the last fast call handed out (see harness.runtime.fast_path)
         self.steps_ahead = 0  # steps the fast path scheduled while the previous one ran, over all calls
+        try:
+            #: Why every extraction is refused (a contract's admission check at start), or None.
+            self.refused = contracts.refusal(self)
+        except BaseException:
+            self.close()
+            raise
 
     # -- the objects the contracts probe ----------------------------------------------------------
     @property
@@ -245,6 +256,12 @@ class HarnessGenerator:
         """speculators' `generate` (default), or with `fast=True` the harness's fast path over the same scheduler,
         requests and capture: the next step scheduled while the worker runs the current one, and the hidden states
         handed out as views of the hand-off buffer (bitwise the same values; see `harness.runtime.fast_path`)."""
+        if self.refused:
+            raise ExtractionRefused(self.refused)
+        return self.extract(token_ids, fast=fast)
+
+    def extract(self, token_ids: list[list[int]], *, fast: bool = False) -> list[dict]:
+        """`generate` without the admission check's refusal (the check itself extracts through here)."""
         prompts = checked_prompts(token_ids, self.vocab_size, self.max_model_len)
         limit = self.max_model_len - 1
         self.fast_views.detach_views()  # the buffer is about to be written: held views of the last call move out

@@ -209,12 +209,14 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
 
         return int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else None
 
-    def _harness_memory_reserved(self) -> int | None:
-        """Bytes torch's caching allocator holds on this worker's device now (None off CUDA): the soak scenario
-        reads it after every call to see device memory stay flat."""
+    def _harness_device_memory(self) -> tuple[int, int] | None:
+        """Bytes held by live tensors and bytes torch's caching allocator reserves on this worker's device now
+        (None off CUDA): the soak scenario reads both after every call."""
         import torch
 
-        return int(torch.cuda.memory_reserved()) if torch.cuda.is_available() else None
+        if not torch.cuda.is_available():
+            return None
+        return int(torch.cuda.memory_allocated()), int(torch.cuda.memory_reserved())
 
     def _harness_hang_next(self, method: str, seconds: float) -> None:
         """Test hook: make the next call of `method` on this worker sleep (a hung worker, on demand)."""

@@ -1,15 +1,17 @@
 """speculators 0.3.0's own generator, through the shims, on the tiny models: shapes, numbers, determinism.
 
 Reference: transformers' forward over the same checkpoint files in float32 (see harness.reference for
-the layer convention). Tolerances are absolute, on hidden states of magnitude ~1-4:
+the layer convention; transformers runs its eager attention). Bounds grow with the states' magnitude
+(`harness.reference.tolerance`: 8 ulp of float32 at the largest reference value, never below 1e-5, the bound
+states of magnitude ~1-4 are held to):
 
-* vs transformers `hidden_states[k + 1]`: 1e-5 for both models. (Measured: ~1e-6, the size of
+* vs transformers `hidden_states[k + 1]`: 1e-5 for the models of magnitude 1-4. (Measured: ~1e-6, the size of
   transformers' own float32-vs-float64 gap. The DeepseekV3 gap first measured at ~4e-3 came from a
   config/implementation mismatch, not from numerics: transformers builds the MLA latent norms with a
   fixed eps of 1e-6, vLLM with `rms_norm_eps`; the fixture uses Kimi's own 1e-6, which both honour.)
 * vs `hidden_states[k]`, the off-by-one: must differ by more than 1e-2 (it differs by ~1).
-* the same batch twice: bitwise equal. A prompt alone vs inside a batch: 1e-5 (batch shapes change
-  the matmul blocking, so bitwise equality is not promised).
+* the same batch twice: bitwise equal. A prompt alone vs inside a batch: the same bound over the batch's states
+  (batch shapes change the matmul blocking, so bitwise equality is not promised).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from harness.prompts import random_prompts
 from harness.runtime import batch_checks
 from harness.testing.recording import expected_broken, not_applicable
 
-TOL = 1e-5
 OFF_BY_ONE_MIN = 1e-2
 
 
@@ -45,11 +46,11 @@ def test_batch_matches_transformers(run, record_e2e, numerics_expected):
             assert h.dtype == torch.float32 and torch.isfinite(h).all()
         assert res["input_ids"].tolist() == p
     ref = reference.hidden_states(model.path, batch, gen.layer_ids)
-    d = max_diff(results, ref)
-    record_e2e(model.name, "vs transformers hidden_states[k+1], float32", "pass" if d <= TOL else "fail",
-               f"max abs diff {d:.2e} (tolerance {TOL:g}); layers {gen.layer_ids}", max_abs_diff=d)
-    numerics_expected(model.name, d <= TOL, f"max abs diff {d:.2e} > {TOL:g}")
-    if d > TOL:
+    d, tol = max_diff(results, ref), reference.tolerance(ref)
+    record_e2e(model.name, "vs transformers hidden_states[k+1], float32", "pass" if d <= tol else "fail",
+               f"max abs diff {d:.2e} (tolerance {tol:g}); layers {gen.layer_ids}", max_abs_diff=d)
+    numerics_expected(model.name, d <= tol, f"max abs diff {d:.2e} > {tol:g}")
+    if d > tol:
         return  # expected broken here (checked above): the off-by-one guard needs correct numbers
 
     off = max_diff(results, reference.hidden_states(model.path, batch, gen.layer_ids, offset=0))
@@ -78,11 +79,11 @@ def test_many_prompts_over_several_scheduler_steps(run, record_e2e, numerics_exp
     steps_before = gen.executor_view.steps
     results = gen.generate(batch)
     ref = reference.hidden_states(model.path, batch, gen.layer_ids)
-    d = max_diff(results, ref)
+    d, tol = max_diff(results, ref), reference.tolerance(ref)
     tokens = sum(map(len, batch))
-    record_e2e(model.name, "40 prompts, several scheduler steps, vs transformers", "pass" if d <= TOL else "fail",
+    record_e2e(model.name, "40 prompts, several scheduler steps, vs transformers", "pass" if d <= tol else "fail",
                f"{tokens} tokens; max abs diff {d:.2e}", max_abs_diff=d, tokens=tokens)
-    numerics_expected(model.name, d <= TOL, f"max abs diff {d:.2e} > {TOL:g}")
+    numerics_expected(model.name, d <= tol, f"max abs diff {d:.2e} > {tol:g}")
     assert gen.executor_view.steps - steps_before >= 2, "the batch fit in one scheduler step: nothing multi-step was tested"
 
 
@@ -100,20 +101,21 @@ def test_batch_several_times_the_step_budget(run, record_e2e, numerics_expected)
     results = gen.generate(batch)
     tokens, steps, kept = sum(map(len, batch)), gen.executor_view.steps - steps_before, guard.kept - kept_before
     assert [r["input_ids"].tolist() for r in results] == batch
-    d = max_diff(results, reference.hidden_states(model.path, batch, gen.layer_ids))
+    ref = reference.hidden_states(model.path, batch, gen.layer_ids)
+    d, tol = max_diff(results, ref), reference.tolerance(ref)
     # Where the KV cache holds fewer tokens than one step's budget, the cache binds first: the scheduler stops
     # admitting prompts instead of chunking one, so nothing straddles (seen for the MLA fixtures run as MHA on CPU).
     kv_tokens = int(gen.scheduler.kv_cache_config.num_blocks) * int(gen.vllm_config.cache_config.block_size)
     straddles = chunkedprefill.chunked(sc) and kv_tokens > budget + 350
     record_e2e(model.name, "batch of 3x the step budget, prompts straddling steps, vs transformers",
-               "pass" if d <= TOL else "fail", f"{len(batch)} prompts, {tokens} tokens, {steps} steps "
+               "pass" if d <= tol else "fail", f"{len(batch)} prompts, {tokens} tokens, {steps} steps "
                f"(budget {budget}, KV cache {kv_tokens} tokens), {kept} prompts continued across a step"
                + ("" if straddles else " (the KV cache binds before the budget: no straddle possible here)")
                + f"; max abs diff {d:.2e}", max_abs_diff=d, tokens=tokens, steps=steps, straddled=kept)
     assert tokens > 2 * budget and steps >= 3
     if straddles:
         assert kept > 0, "no prompt straddled a step boundary: the batch did not test chunked prefill"
-    numerics_expected(model.name, d <= TOL, f"max abs diff {d:.2e} > {TOL:g}")
+    numerics_expected(model.name, d <= tol, f"max abs diff {d:.2e} > {tol:g}")
 
 
 def test_prompt_alone_equals_prompt_in_batch(run, record_e2e, numerics_expected, expectations):
@@ -124,13 +126,15 @@ def test_prompt_alone_equals_prompt_in_batch(run, record_e2e, numerics_expected,
     together = gen.generate(batch)
     alone = gen.generate([batch[2]])
     d = max(float((a - b).abs().max()) for a, b in zip(alone[0]["hidden_states"], together[2]["hidden_states"]))
-    record_e2e(model.name, "a prompt alone vs inside a batch", "pass" if d <= TOL else "fail",
-               f"max abs diff {d:.2e} (tolerance {TOL:g})", max_abs_diff=d)
+    tol = reference.tolerance([r["hidden_states"] for r in together])
+    record_e2e(model.name, "a prompt alone vs inside a batch", "pass" if d <= tol else "fail",
+               f"max abs diff {d:.2e} (tolerance {tol:g})", max_abs_diff=d)
     if expected_broken(expectations, model.name):
-        ref = max_diff(together, reference.hidden_states(model.path, batch, gen.layer_ids))
-        numerics_expected(model.name, ref <= TOL, f"max abs diff vs transformers {ref:.2e} > {TOL:g}")
+        refs = reference.hidden_states(model.path, batch, gen.layer_ids)
+        ref, bound = max_diff(together, refs), reference.tolerance(refs)
+        numerics_expected(model.name, ref <= bound, f"max abs diff vs transformers {ref:.2e} > {bound:g}")
         return
-    assert d <= TOL, f"max abs diff {d:.2e} > {TOL:g}"
+    assert d <= tol, f"max abs diff {d:.2e} > {tol:g}"
 
 
 @pytest.mark.parametrize("name", contracts.E2E_MODELS)
@@ -145,6 +149,14 @@ def test_a_broken_cell_says_whose_fault_it_is(name, runs, expectations, record_e
     if r.absent:
         not_applicable(r.absent)
     verdict = attribution.attribute(r.model, random_prompts(4, 17, 60, r.model.vocab_size, seed=9))
+    forward = expectations["table"].get(f"forward[{name}]")
+    if forward is not None and forward.outcome.value == "broken":
+        # speculators' replacement forward is declared not the model's (C-forward): then plain vLLM must be right
+        says = verdict.says(r.model.architecture, speculators_forward=f"forward[{name}]")
+        record_e2e(r.model.name, "whose fault: plain vLLM (no speculators) vs transformers, prompt logprobs",
+                   "fail" if verdict.vllm_wrong else "pass", says, max_abs_diff=verdict.max_abs_diff)
+        assert not verdict.vllm_wrong and verdict.started.ok, says
+        return
     says = verdict.says(r.model.architecture)
     record_e2e(r.model.name, "whose fault: plain vLLM (no speculators) vs transformers, prompt logprobs",
                "fail" if verdict.vllm_wrong else "pass", says, max_abs_diff=verdict.max_abs_diff)

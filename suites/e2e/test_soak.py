@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import soak
+from harness import reference, soak
 
 MODEL = "tiny-llama"
-TOL = 1e-5  # a prompt alone vs inside a batch, float32 (suites/e2e/test_extraction.py)
 SEED = 28
 
 
@@ -26,7 +25,7 @@ def test_one_generator_survives_calls_of_every_size(runs, record_e2e):
                      opening=((4, 64), (16, 300), (4, 64), (24, 400)))
     assert sum(sum(map(len, c)) > budget for c in plan.calls) >= 3, "fewer than 3 calls straddle the step budget"
     assert any(len(p) == gen.max_model_len - 1 for c in plan.calls for p in c)
-    result = soak.run(gen, plan, lambda tensors: TOL)
+    result = soak.run(gen, plan, reference.tolerance)  # a prompt alone vs inside a batch, as in test_extraction
     rep = result.to_json()
     record_e2e(MODEL, "soak: one generator, calls that grow, shrink, straddle steps, repeat",
                "pass" if result.ok else "fail",

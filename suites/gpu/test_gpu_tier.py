@@ -128,14 +128,15 @@ def test_capture_on_tp_rank0_only(tier):
 
 
 def test_model_contracts(tier, record_observation, expectations):
-    """C-kimistack (where the decoder stack lives) and the other per-model contracts, on the loaded model.
+    """C-kimistack (where the decoder stack lives) and the other per-model contracts, on the loaded model (C-forward:
+    speculators' loop against the model's own forward on this GPU's kernels).
 
     Held to the expectations for this vLLM and platform where they name this model family."""
-    from harness.contracts import eagle3, embed, kimistack, layer
+    from harness.contracts import eagle3, embed, forward, kimistack, layer
     from harness.probe_context import ProbeContext
 
     ctx = ProbeContext(tier.model, tier.generator)
-    observations = [module.probe(ctx) for module in (kimistack, eagle3, embed, layer)] + [tier.mla]
+    observations = [module.probe(ctx) for module in (kimistack, eagle3, embed, layer, forward)] + [tier.mla]
     wrong = []
     for obs in observations:
         record_observation(obs, hold=False)  # every row reaches the GPU report first; held below
@@ -195,8 +196,10 @@ def test_soak_one_generator_calls_of_every_size(tier):
            f"{rep['calls']} calls (seed {SOAK_SEED}), tokens {min(rep['tokens_per_call'])}-{max(rep['tokens_per_call'])}, "
            f"diff from itself alone: mean {rep['mean_diff_alone']:.3g}, max {rep['max_diff_alone']:.3g} (bound "
            f"{rep['bound']:.3g}; {rep['calls_over_bound_max']} calls over it at the max); host peak "
-           f"{rep['host_peak_warmup'] >> 20}/{rep['host_peak_after'] >> 20} MiB (warm-up/after), device peak "
-           f"{[b >> 20 for b in rep['device_peak_warmup']]}/{[b >> 20 for b in rep['device_peak_after']]} MiB; "
+           f"{rep['host_peak_warmup'] >> 20}/{rep['host_peak_after'] >> 20} MiB (warm-up/after), device held by tensors "
+           f"{[b >> 20 for b in rep['device_peak_warmup']]}/{[b >> 20 for b in rep['device_peak_after']]} MiB, "
+           f"reserved by the allocator {[b >> 20 for b in rep.get('device_reserved_peak_warmup', [])]}/"
+           f"{[b >> 20 for b in rep.get('device_reserved_peak_after', [])]} MiB; "
            f"failures: {rep['failures'] or 'none'}")
     assert not result.failures, result.failures
     assert result.workers_before == result.workers_after, "a worker was replaced"
