@@ -4,7 +4,8 @@ piece, and the harness's own version."""
 EXIT_CODES = """exit codes (every command):
   0   ok                     1   a failure was found (a run, the matrix, the gate: NEEDS-NEW-SHIM or BROKEN)
   2   refused: bad input, a missing piece (vLLM, an extra), or the gate cannot decide (UNDECIDED)
-  3   incomplete (skipped, not observed, interrupted)     4   a vLLM without expectations was observed
+  3   incomplete (skipped, not observed, interrupted); the gate: REVIEW (a watched path changed, unclassified)
+  4   a vLLM without expectations was observed
   70  internal error of the harness (a bug: never a verdict; HARNESS_DEBUG=1 shows the traceback)
 
 examples:

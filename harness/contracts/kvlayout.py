@@ -24,6 +24,8 @@ installed vLLM has no layout resolution.
 
 from __future__ import annotations
 
+import ast
+
 import importlib
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
@@ -107,12 +109,15 @@ LAYOUT_RESOLVER = "vllm.v1.attention.backends.utils"
 
 
 def kv_layout_resolution(tree, used, follower) -> list[Fact]:
+    from harness.gate.tree import _parse
+
     f = tree.module_file(CACHE_CONFIG)
     if f is None:
         return [not_found(CONTRACT.id, f"{CACHE_CONFIG}:CacheConfig", "layout", "vllm/config/cache.py")]
     lines = tree.string_lines(CACHE_CONFIG, LAYOUT_UNRESOLVED)
     resolver = tree.module_file(LAYOUT_RESOLVER)
-    has_resolver = resolver is not None and "def resolve_kv_cache_layout" in resolver.read_text()
+    has_resolver = resolver is not None and any(
+        isinstance(n, ast.FunctionDef) and n.name == "resolve_kv_cache_layout" for n in _parse(str(resolver)).body)
     return [Fact(CONTRACT.id, f"{CACHE_CONFIG}:CacheConfig.get_resolved_kv_cache_layout", "layout",
                  "must be resolved by EngineCore first" if lines else "no resolution step", not lines,
                  "layout-resolution-required", f"{f.relative_to(tree.root)}:{lines[0] if lines else 1}",
@@ -123,6 +128,8 @@ def kv_layout_resolution(tree, used, follower) -> list[Fact]:
 SPECULATORS_OWN_WAY = {
     "determine_available_memory": "speculators sizes the KV cache itself from torch.cuda.mem_get_info (C-memory)",
     "compile_or_warm_up_model": "speculators builds the model with enforce_eager=True: nothing to compile or capture",
+    "update_max_model_len": "speculators passes max_model_len itself (2048 by default); EngineCore changes it, and "
+                            "tells the workers, only when it auto-fits a max_model_len of -1",
 }
 
 

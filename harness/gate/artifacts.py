@@ -85,7 +85,7 @@ def fetch(spec: Spec, cache_dir: str | Path | None = None) -> Sources:
         commit = _git_commit(root)
         return Sources(spec.label, root, "source tree", {
             "kind": "tree", "origin": f"source folder {root.name}", "version": _tree_version(root),
-            "commit": commit or _commit_of(spec.label), "obtained": "read in place"})
+            "commit": commit or _commit_of(spec.label), "sha256": tree_digest(root), "obtained": "read in place"})
     if spec.kind in ("wheel", "sdist"):
         path = Path(spec.location)
         digest = _sha256(path)
@@ -164,6 +164,16 @@ def _git_commit(root: Path) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", out.stdout.strip()) else None
+
+
+def tree_digest(root: Path) -> str:
+    """sha256 over a tree's `vllm/**/*.py` (paths and contents): two trees that both say 0.33.0 but differ get
+    different report names, and the same tree the same one."""
+    digest = hashlib.sha256()
+    for f in sorted(Path(root, "vllm").rglob("*.py")):
+        digest.update(f.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(f.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def _sha256(path: Path) -> str:

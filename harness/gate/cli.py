@@ -4,7 +4,7 @@ The static half of the pre-upgrade gate: fetch both versions' sources (cached), 
 used surface in each, map every change to the shim that covers it, decide. Markdown for a CI job
 summary goes to stdout (and `--summary FILE`); the JSON report to `reports/gate-<from>-to-<to>.json`
 (or `--json FILE`). Exit codes: 0 SAFE or NEEDS-SHIM-AND-COVERED, 1 NEEDS-NEW-SHIM or BROKEN,
-2 could not decide (a version not on the index, no network, unreadable sources, a contract not
+3 REVIEW (code on a watched path changed and no check classifies it), 2 could not decide (a version not on the index, no network, unreadable sources, a contract not
 checked, a config-gated finding without --model-config) or refused input (checked before anything is
 downloaded; no report is written for it). Expected failures are one line on stderr, never a traceback.
 """
@@ -28,8 +28,15 @@ EPILOG = ("environment: HARNESS_PYPI_URL (the simple index to read vLLM from; de
 
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("action", nargs="?", choices=("bisect",),
-                   help="bisect: name the first release in which --contract changes (see harness/gate/bisect.py)")
+    p.add_argument("action", nargs="?", choices=("bisect", "mutants", "pairs"),
+                   help="bisect: name the first release in which --contract changes (see harness/gate/bisect.py); "
+                        "mutants: run the gate on one-change copies of real releases (harness/gate/mutants.py); "
+                        "pairs: run it on every consecutive pair of releases (harness/gate/pairs.py)")
+    p.add_argument("--releases", nargs="+", metavar="VERSION", default=None,
+                   help="with mutants: the releases to mutate (default 0.33.0 0.34.0)")
+    p.add_argument("--per-operator", type=int, default=None, metavar="N",
+                   help="with mutants: at most N mutants per operator and release (default 15; --quick: 1)")
+    p.add_argument("--quick", action="store_true", help="with mutants: the CI subset (one mutant per operator, 0.34.0)")
     p.add_argument("--contract", help="with bisect: the contract id whose change is looked for")
     p.add_argument("--match", metavar="TEXT", help="with bisect: only the contract's findings that mention TEXT "
                    "(e.g. eos_token_id)")
@@ -75,7 +82,7 @@ def run(args) -> int:
     from harness.gate import allowlist, artifacts, coverage, dynamic, sources, used_surface, verdict
 
     try:
-        from harness.gate import static
+        from harness.gate import reach, static
     except ImportError as exc:  # griffe is the gate's one extra dependency (the `gate` extra)
         print(f"harness gate: {exc}; install the gate's dependencies with `pip install -e .[gate]`", file=sys.stderr)
         return 2
@@ -86,6 +93,12 @@ def run(args) -> int:
         from harness.gate import bisect
 
         return bisect.run(args)
+    if args.action == "mutants":
+        return _run_mutants(args)
+    if args.action == "pairs":
+        from harness.gate import pairs
+
+        return pairs.run(args)
     if not args.to_version:
         print("harness gate: --to is required (or: gate bisect --contract ID)", file=sys.stderr)
         return 2
@@ -120,14 +133,16 @@ def run(args) -> int:
         t1 = time.perf_counter()
         old_facts, new_facts = static.read_versions([s.root for s in got], fixture)
         t2 = time.perf_counter()
+        comparison = static.compare(old_facts, new_facts)
+        paths = reach.review(got[0].root, got[1].root, comparison.findings)
+        t3 = time.perf_counter()
     except (sources.SourceError, static.TreeError, allowlist.AllowlistError, used_surface.SurfaceUnavailable,
             ValueError, OSError) as exc:
         gate = verdict.undecided(old, new, str(exc), meta)
         print(f"harness gate: {exc}", file=sys.stderr)
         _write(gate, args, verdict, decided=False)
         return gate.exit_code
-    meta["timings"] = {"sources": round(t1 - t0, 2), "static": round(t2 - t1, 2)}
-    comparison = static.compare(old_facts, new_facts)
+    meta["timings"] = {"sources": round(t1 - t0, 2), "static": round(t2 - t1, 2), "paths": round(t3 - t2, 2)}
     if checkpoint is not None:
         meta["model_config"] = {"file": Path(args.model_config).name, "sha256": checkpoint["sha256"]}
         coverage.attach_checkpoint_config(comparison.findings + comparison.carried, checkpoint["config"])
@@ -138,11 +153,31 @@ def run(args) -> int:
     why_not = (dynamic.NOT_REQUESTED if not wanted else dynamic.reason(new) if release else
                f"the candidate is a {new_spec.kind}, not a release a matrix env installs: only the static check ran")
     gate = verdict.decide(old, new, comparison, contracts.ids(), entries, _dt.date.today(),
-                          dynamic.dynamic_check(new) if wanted and release else None, why_not)
+                          dynamic.dynamic_check(new) if wanted and release else None, why_not, paths)
     meta["timings"]["total"] = round(time.perf_counter() - t0, 2)
     gate.meta = meta
     _write(gate, args, verdict)
     return gate.exit_code
+
+
+def _run_mutants(args) -> int:
+    from harness.gate import mutants, sources
+
+    releases = args.releases or (["0.34.0"] if args.quick else ["0.33.0", "0.34.0"])
+    per = args.per_operator if args.per_operator is not None else (1 if args.quick else 15)
+    if per < 1:
+        print("harness gate mutants: --per-operator must be at least 1", file=sys.stderr)
+        return 2
+    stem = "gate-mutants-quick" if args.quick else "gate-mutants"
+    out = Path(args.json) if args.json else REPORTS / f"{stem}.json"
+    try:
+        rep = mutants.run(releases, per, out, out.with_suffix(".md"),
+                          log=lambda m: print(m, file=sys.stderr))
+    except (sources.SourceError, OSError) as exc:
+        print(f"harness gate mutants: {exc}", file=sys.stderr)
+        return 2
+    print(out.with_suffix(".md").read_text())
+    return 0 if not rep["missed"] and not rep["false_alarms"] else 1
 
 
 def _run_client(args, old_spec, new_spec) -> int:

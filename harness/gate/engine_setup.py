@@ -8,6 +8,10 @@ it with `finalize_extensible_kv_cache` + `executor.extend_kv_cache`). A step is 
 on the workers); calls of vLLM functions are read too (`Step.on_executor` False), as context: they compute the
 plan speculators computes its own way (C-kvhelpers). Steps under a condition on a feature speculators' configuration never
 enables (`NEVER_ENABLED`) are left out; every other condition is kept in the step's text.
+
+A step is found wherever the set-up sends it: directly, through an EngineCore helper the method calls (`self.m()`,
+followed into EngineCore's own methods, their conditions kept), or by name (`collective_rpc("name")` on the executor
+or through EngineCore's own wrapper: the step is the worker method of that name).
 """
 
 from __future__ import annotations
@@ -56,7 +60,13 @@ def steps(root: Path) -> tuple[list[Step], str | None]:
     if fn is None:
         return [], None
     imported = {k: v for k, v in imports_of(tree, MODULE).items() if v.startswith("vllm.")}
+    methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     found: list[Step] = []
+    entered: set[str] = {METHOD}
+
+    def by_name(call: ast.Call) -> str | None:
+        arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "method"), None)
+        return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
 
     def visit(node, conditions: tuple[str, ...]) -> None:
         if isinstance(node, ast.If):
@@ -74,10 +84,18 @@ def steps(root: Path) -> tuple[list[Step], str | None]:
             return
         if isinstance(node, ast.Call):
             func = node.func
-            if isinstance(func, ast.Attribute) and ast.unparse(func.value) in EXECUTOR_NAMES:
-                found.append(Step(func.attr, node.lineno, " and ".join(conditions) or None, True))
+            when = " and ".join(conditions) or None
+            receiver = ast.unparse(func.value) if isinstance(func, ast.Attribute) else None
+            if receiver in EXECUTOR_NAMES + ("self",) and func.attr == "collective_rpc" and by_name(node):
+                found.append(Step(by_name(node), node.lineno, when, True))
+            elif receiver in EXECUTOR_NAMES:
+                found.append(Step(func.attr, node.lineno, when, True))
+            elif receiver == "self" and func.attr in methods and func.attr not in entered:
+                entered.add(func.attr)  # an EngineCore helper: its steps are the set-up's, under this call's conditions
+                for stmt in methods[func.attr].body:
+                    visit(stmt, conditions)
             elif isinstance(func, ast.Name) and func.id in imported:
-                found.append(Step(func.id, node.lineno, " and ".join(conditions) or None, False))
+                found.append(Step(func.id, node.lineno, when, False))
         for child in ast.iter_child_nodes(node):
             visit(child, conditions)
 

@@ -30,4 +30,6 @@ def site(call) -> str:
 
 
 def parse_file(path):
-    return ast.parse(path.read_text())
+    from harness.gate.tree import _parse
+
+    return _parse(str(path))

@@ -9,7 +9,12 @@ harness's own shim surface (`harness.gate.shim_surface`).
 
 A runner is *built by default* when the worker constructs it outside the branches `NOT_DEFAULT` names (the V2
 opt-in switch, encoder-only models speculators never extracts from); other branches (the platform: CPUs without
-Triton) are the default for some users, so they count.
+Triton) are the default for some users, so they count. The V2 switch is an opt-in only where VllmConfig leaves it
+off unless asked (`v2_by_default`): from vLLM 0.22 `VllmConfig.use_v2_model_runner` returns True wherever Triton
+imports and nothing unsupported is configured, i.e. on CUDA hosts, so there both branches count.
+
+An attribute counts as held only where the construction or load path assigns it (`CONSTRUCTION` and the methods
+they call through `self`): a `self.model = None` in `shutdown()` says nothing about a running runner.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ NOT_DEFAULT = {"use_v2_model_runner": "the opt-in switch to the V2 runner",
                "is_mm_encoder_only": "encoder-only multimodal models, which speculators does not extract from"}
 #: A step's requests sorted by how many tokens each has scheduled: `sorted(<name with one of these>, key=...)`.
 ORDER_NAMES = ("num_tokens_per_req", "num_scheduled_tokens")
+#: The methods that build a runner and load its model; what they (and the methods they call) assign is held.
+CONSTRUCTION = ("__init__", "load_model", "initialize_kv_cache", "initialize_kv_cache_tensors",
+                "initialize_attn_backend", "initialize_metadata_builders", "may_reinitialize_input_batch")
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,20 @@ def imports_of(module_ast: ast.Module, module: str) -> dict[str, str]:
     return out
 
 
+@lru_cache(maxsize=32)
+def v2_by_default(root: Path) -> bool:
+    """Whether VllmConfig turns the V2 runner on without being asked: its `use_v2_model_runner` ends in a plain
+    `return True` (the opt-in variable and each feature V2 lacks are checked before it)."""
+    f = module_file(Path(root), "vllm.config.vllm")
+    if f is None:
+        return False
+    for node in ast.walk(_parse(str(f))):
+        if isinstance(node, ast.FunctionDef) and node.name == "use_v2_model_runner":
+            return any(isinstance(s, ast.Return) and isinstance(s.value, ast.Constant) and s.value.value is True
+                       for s in node.body)
+    return False
+
+
 def built_runners(root: Path, worker_module: str) -> list[Built]:
     """The model-runner classes (`*ModelRunner*`) the worker module constructs, in source order."""
     f = module_file(root, worker_module)
@@ -78,11 +100,12 @@ def built_runners(root: Path, worker_module: str) -> list[Built]:
     tree = _parse(str(f))
     names = imports_of(tree, worker_module)
     found: list[Built] = []
+    not_default = {k: v for k, v in NOT_DEFAULT.items() if not (k == "use_v2_model_runner" and v2_by_default(root))}
 
     def visit(node, opt_in: bool) -> None:
         if isinstance(node, ast.If):
             test = ast.unparse(node.test)
-            branch_opt_in = opt_in or any(s in test for s in NOT_DEFAULT)
+            branch_opt_in = opt_in or any(s in test for s in not_default)
             for child in node.body:
                 visit(child, branch_opt_in)
             for child in node.orelse:
@@ -124,14 +147,16 @@ def runner(root: Path, path: str, _depth: int = 0) -> Runner:
                 out.files += [x for x in parent.files if x not in out.files]
                 out.sorts_steps = out.sorts_steps or parent.sorts_steps
     own: dict[str, str] = {}
-    for n in ast.walk(node):
-        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
-        for t in targets:
-            for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
-                if isinstance(e, ast.Attribute) and getattr(e.value, "id", None) == "self":
-                    own.setdefault(e.attr, f"{rel}:{e.lineno}")
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            own.setdefault(n.name, f"{rel}:{n.lineno}")  # methods and properties are attributes too
+    methods = {n.name: n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for n in methods.values():
+        own.setdefault(n.name, f"{rel}:{n.lineno}")  # methods and properties are attributes too
+    for m in _construction(methods):
+        for n in ast.walk(m):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
+            for t in targets:
+                for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+                    if isinstance(e, ast.Attribute) and getattr(e.value, "id", None) == "self":
+                        own.setdefault(e.attr, f"{rel}:{e.lineno}")
     out.attributes.update(own)  # the class's own place wins over a base's
     for n in ast.walk(tree):
         if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "sorted" and n.args
@@ -139,6 +164,22 @@ def runner(root: Path, path: str, _depth: int = 0) -> Runner:
             out.sorts_steps = f"{rel}:{n.lineno}"
             break
     return out
+
+
+def _construction(methods: dict) -> list:
+    """The class's construction and load methods and the methods of the class they call through `self`."""
+    todo = [methods[n] for n in CONSTRUCTION if n in methods]
+    seen: dict[str, object] = {}
+    while todo:
+        m = todo.pop()
+        if m.name in seen:
+            continue
+        seen[m.name] = m
+        for n in ast.walk(m):
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                    and getattr(n.func.value, "id", None) == "self" and n.func.attr in methods):
+                todo.append(methods[n.func.attr])
+    return list(seen.values())
 
 
 @dataclass

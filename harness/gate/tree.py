@@ -72,6 +72,7 @@ class Tree:
             for module in sorted(self.wanted):
                 for f in self._files(module):
                     link = self._farm / f.relative_to(self.root)
+                    READ["files"].add(str(f.resolve()))
                     if not link.exists():
                         link.parent.mkdir(parents=True, exist_ok=True)
                         os.symlink(f, link)
@@ -330,13 +331,31 @@ def module_of(rel: str) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-@lru_cache(maxsize=256)
+#: What the reading of a version looked at, for a caller that wants to know which files decided its facts (the
+#: mutation suite: a mutant that changes none of them has the baseline's facts). Files parsed or linked for
+#: griffe, and names searched for across the whole tree.
+READ: dict[str, set] = {"files": set(), "names": set()}
+
+
 def _parse(path: str) -> ast.Module:
-    return ast.parse(Path(path).read_text(encoding="utf-8-sig"))
+    data = Path(path).read_bytes()
+    READ["files"].add(str(Path(path).resolve()))
+    return _parse_text(data)
+
+
+@lru_cache(maxsize=512)
+def _parse_text(data: bytes) -> ast.Module:
+    """Parsed once per content: copies of a tree (the mutation suite's) share every unchanged file's parse."""
+    return ast.parse(data.decode("utf-8-sig"))
+
+
+def _definitions(root: str, name: str) -> list[str]:
+    READ["names"].add(name)
+    return _definitions_in(root, name)
 
 
 @lru_cache(maxsize=64)
-def _definitions(root: str, name: str) -> list[str]:
+def _definitions_in(root: str, name: str) -> list[str]:
     pattern = re.compile(rf"^(?:(?:async\s+)?def|class)\s+{re.escape(name)}\b|^{re.escape(name)}\s*(?::[^=\n]*)?=",
                          re.MULTILINE)
     base = Path(root)

@@ -7,6 +7,9 @@ Verdicts, strongest first:
 * BROKEN (exit 1) - an uncovered change in a contract that by its own statement no shim can
   restore (`CONTRACT.shim is None`, e.g. C-layer).
 * NEEDS-NEW-SHIM (exit 1) - an uncovered change anywhere else.
+* REVIEW (exit 3) - code on a watched path changed and no check classifies the change
+  (`changed-unclassified`, `harness.gate.reach`): a reviewer reads the listed diffs, or `--dynamic` runs the
+  candidate and observes the contract. Never SAFE while one is open.
 * NEEDS-SHIM-AND-COVERED (exit 0) - changes, each covered by an existing shim (listed) or accepted
   by an active allow-list entry.
 * SAFE (exit 0) - nothing speculators relies on changed.
@@ -22,6 +25,9 @@ JSON report (`reports/gate-<from>-to-<to>.json`, schema "harness-gate/1"):
 * `contracts`: id -> {`status`: unchanged | covered | needs-new-shim | broken | not-checked |
   outside, `findings`, `shims`, `note`}; "surface" is speculators' vLLM use outside every contract, "runtime"
   the vLLM use of the harness's worker extension, executor view and transport
+* `paths`: contract -> {`reached`: platform -> functions its watched path reaches, `unclassified`, `classified`,
+  `compatible`, `observed`}; `unclassified`: [{`contract`, `platform`, `key`, `kind` (changed | new), `evidence`,
+  `via`, `diff`}] (`classified`: the same with `classified_by`, the finding of a targeted check inside it)
 * `findings`: [{`contract`, `symbol`, `kind`, `old`, `new`, `evidence` (file:line in the new
   source), `site` (speculators' line), `status` (covered | accepted | uncovered), `shim`,
   `reason`, `detail`}]
@@ -36,6 +42,7 @@ JSON report (`reports/gate-<from>-to-<to>.json`, schema "harness-gate/1"):
 from __future__ import annotations
 
 import datetime as _dt
+import fnmatch
 from dataclasses import asdict, dataclass, field
 
 from harness.contracts import by_id
@@ -46,7 +53,7 @@ from harness.gate.static import Comparison
 from harness.reporting.report import now
 
 SCHEMA = "harness-gate/1"
-EXIT = {"SAFE": 0, "NEEDS-SHIM-AND-COVERED": 0, "NEEDS-NEW-SHIM": 1, "BROKEN": 1, "UNDECIDED": 2}
+EXIT = {"SAFE": 0, "NEEDS-SHIM-AND-COVERED": 0, "NEEDS-NEW-SHIM": 1, "BROKEN": 1, "UNDECIDED": 2, "REVIEW": 3}
 
 
 @dataclass
@@ -64,6 +71,10 @@ class Gate:
     expired: list[dict] = field(default_factory=list)
     #: Rows the candidate's own env observed worse than its expectations, for contracts speculators relies on.
     observed_worse: list[dict] = field(default_factory=list)
+    #: Watched-path changes (harness.gate.reach): open ones, ones a targeted check classified, and per contract.
+    unclassified: list = field(default_factory=list)
+    classified: list = field(default_factory=list)
+    paths: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)  # speculators, surface, sources, allowlist file, timings
 
     @property
@@ -76,7 +87,7 @@ class Gate:
 
 
 def decide(old: str, new: str, comparison: Comparison, contract_ids: list[str], entries: list[Entry],
-           today: _dt.date, dynamic: dict | None, dynamic_reason: str) -> Gate:
+           today: _dt.date, dynamic: dict | None, dynamic_reason: str, paths: tuple | None = None) -> Gate:
     gate = Gate(old, new, findings=comparison.findings, carried=comparison.carried, restored=comparison.restored)
     for f in gate.findings + gate.carried:
         c = coverage.cover(f)
@@ -105,7 +116,33 @@ def decide(old: str, new: str, comparison: Comparison, contract_ids: list[str], 
         gate.verdict = "NEEDS-SHIM-AND-COVERED"
     else:
         gate.verdict = "SAFE"
+    _paths(gate, paths, dynamic, [e for e in entries if e.active(today)])
+    if gate.unclassified and gate.verdict in ("SAFE", "NEEDS-SHIM-AND-COVERED"):
+        gate.verdict = "REVIEW"
     return gate
+
+
+def _paths(gate: Gate, paths: tuple | None, dynamic: dict | None, entries: list[Entry]) -> None:
+    """Sort the watched paths' changes: classified by a targeted check or accepted by an active allow-list entry
+    whose pattern globs the function (`module:Class.method`), compatible (optional parameters only), observed by
+    the candidate's env (`--dynamic`), or open."""
+    if paths is None:
+        return
+    changes, reached = paths
+    for c in changes:
+        entry = next((e for e in entries if fnmatch.fnmatchcase(c.key, e.pattern)), None)
+        if entry is not None and not c.classified_by:
+            c.classified_by = f"allow-list {entry.pattern!r} until {entry.expires}: {entry.reason}"
+    observed = set((dynamic or {}).get("contracts", {})) - {w["contract"] for w in gate.observed_worse}
+    for cid in reached:
+        mine = [c for c in changes if cid in c.contracts]
+        is_open = [c for c in mine if c.kind != "compatible" and not c.classified_by and cid not in observed]
+        gate.unclassified += [c for c in is_open if c not in gate.unclassified]
+        gate.classified += [c for c in mine if c.classified_by and c not in gate.classified]
+        gate.paths[cid] = {"reached": reached[cid], "unclassified": len(is_open),
+                           "classified": sum(bool(c.classified_by) for c in mine),
+                           "compatible": sum(c.kind == "compatible" for c in mine),
+                           "observed": cid in observed and bool(mine)}
 
 
 def _status(cid: str, gate: Gate, comparison: Comparison, dynamic: dict | None, dynamic_reason: str,
@@ -155,7 +192,8 @@ def to_json(gate: Gate) -> dict:
         "sources": gate.meta.get("sources", {}), "contracts": gate.contracts,
         "findings": [asdict(f) for f in gate.findings], "carried": [asdict(f) for f in gate.carried],
         "restored": [asdict(f) for f in gate.restored], "not_checked": gate.not_checked, "outside": gate.outside,
-        "shims": gate.shims, "observed_worse": gate.observed_worse,
+        "shims": gate.shims, "observed_worse": gate.observed_worse, "paths": gate.paths,
+        "unclassified": [c.to_json() for c in gate.unclassified], "classified": [c.to_json() for c in gate.classified],
         "allowlist": {"file": gate.meta.get("allowlist"), "entries": gate.meta.get("allowlist_entries", []),
                       "expired": gate.expired},
         "timings": gate.meta.get("timings", {}),
@@ -167,7 +205,7 @@ def _cell(text) -> str:
 
 
 def markdown(gate: Gate) -> str:
-    icon = {0: "✅", 1: "❌", 2: "⚠️"}[gate.exit_code]
+    icon = {0: "✅", 1: "❌", 2: "⚠️", 3: "🔎"}[gate.exit_code]
     lines = [f"## {icon} vLLM gate {gate.old} → {gate.new}: **{gate.verdict}** (exit {gate.exit_code})", ""]
     if gate.error:
         return "\n".join(lines + [f"Could not decide: {gate.error}", ""])
@@ -196,13 +234,33 @@ def markdown(gate: Gate) -> str:
             lines.append(f"| {f.contract} | {f.kind} | `{_cell(f.symbol)}` | {_cell(f.old)} → {_cell(f.new)} | "
                          f"`{_cell(f.evidence)}` | {how}: {_cell(f.reason)} |")
         lines.append("")
-    else:
-        lines += ["No change in anything speculators relies on.", ""]
+    elif not gate.unclassified:
+        lines += ["No change in anything speculators relies on" + (" (watched paths read: no unclassified change)."
+                                                                  if gate.paths else "."), ""]
+    if gate.unclassified:
+        lines += [f"**{len(gate.unclassified)} change(s) on a watched path no check classifies** (REVIEW: read each "
+                  "diff and say whether the contract still holds, or run the candidate with `--dynamic`):", "",
+                  "| contract | platform | function | change | evidence | reached from |", "|---|---|---|---|---|---|"]
+        for c in gate.unclassified:
+            lines.append(f"| {c.contract} | {c.platform} | `{_cell(c.key)}` | {c.kind} | `{c.evidence}` | "
+                         f"`{_cell(c.via)}` |")
+        lines += ["", "<details><summary>diffs</summary>", ""]
+        for c in gate.unclassified:
+            if c.diff:
+                lines += [f"`{c.key}` (`{c.evidence}`):", "```diff", c.diff, "```", ""]
+        lines += ["</details>", ""]
     if gate.shims:
         lines += ["**Shims the new version needs for these changes:** " + ", ".join(f"`{s}`" for s in gate.shims), ""]
-    lines += ["| contract | status | findings | note |", "|---|---|---|---|"]
+    lines += ["| contract | status | findings | watched path | note |", "|---|---|---|---|---|"]
     for cid, c in gate.contracts.items():
-        lines.append(f"| {cid} | {c['status']} | {c['findings']} | {_cell(c['note'])} |")
+        p = gate.paths.get(cid)
+        path = "" if p is None else (", ".join(f"{k} {v}" for k, v in p["reached"].items()) + " functions; "
+                                     + (f"{p['unclassified']} changed-unclassified" if p["unclassified"] else
+                                        "unchanged" if not (p["classified"] or p["compatible"]) else "")
+                                     + (f", {p['classified']} classified" if p["classified"] else "")
+                                     + (f", {p['compatible']} compatible" if p["compatible"] else "")
+                                     + (", observed by --dynamic" if p["observed"] else ""))
+        lines.append(f"| {cid} | {c['status']} | {c['findings']} | {path} | {_cell(c['note'])} |")
     lines.append("")
     if gate.not_checked:
         lines += ["**Not checked** (the gate cannot decide while these are open):", ""]

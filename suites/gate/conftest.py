@@ -31,3 +31,16 @@ def gate(cache_dir, tmp_path):
         return rc, json.loads(out_json.read_text()), summary.read_text()
 
     return call
+
+
+def _covered_then_review(rc: int, rep: dict) -> bool:
+    """Every finding the targeted checks name is covered (or accepted), and the gate says REVIEW (exit 3) exactly
+    when code on a watched path changed that no check classifies, else 0: what a real release pair gives."""
+    covered = all(f["status"] in ("covered", "accepted") for f in rep["findings"])
+    expected = (3, "REVIEW") if rep["unclassified"] else (0, "NEEDS-SHIM-AND-COVERED" if rep["findings"] else "SAFE")
+    return covered and (rc, rep["verdict"]) == expected
+
+
+@pytest.fixture
+def covered_then_review():
+    return _covered_then_review

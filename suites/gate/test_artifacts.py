@@ -164,3 +164,22 @@ def test_an_artifact_that_is_none_of_the_forms_is_refused_before_any_download(ra
 def test_a_folder_that_is_not_a_vllm_tree_is_refused(tmp_path):
     with pytest.raises(sources.VersionNotFound, match="not a vLLM source tree"):
         artifacts.parse(str(tmp_path))
+
+
+def test_a_tree_is_named_by_its_content(tmp_path):
+    """Two folders that both say 0.33.0 get different report names unless their sources are the same."""
+    from harness.gate.artifacts import fetch, parse
+    from harness.gate.cli import report_path
+
+    def tree(name: str, body: str) -> Path:
+        root = tmp_path / name
+        (root / "vllm").mkdir(parents=True)
+        (root / "vllm" / "__init__.py").write_text("")
+        (root / "vllm" / "_version.py").write_text("__version__ = version = '0.33.0'\n")
+        (root / "vllm" / "core.py").write_text(body)
+        return root
+
+    got = [fetch(parse(str(tree(n, b)))) for n, b in (("a", "x = 1\n"), ("b", "x = 2\n"), ("c", "x = 1\n"))]
+    names = [report_path("0.33.0", g.version, {"from": {"kind": "version"}, "to": g.provenance}).name for g in got]
+    assert names[0] != names[1] and names[0] == names[2], names
+    assert names[0].startswith("gate-0.33.0-to-") and "+tree-" in names[0]

@@ -4,7 +4,7 @@
 # with its [gate] extra into a virtual environment, reads the team's pin from its lock file unless GATE_FROM is
 # given, judges the bump to GATE_TO (default: the newest vLLM release on the index), and leaves the verdict in
 # $GITHUB_OUTPUT and the Markdown in $GITHUB_STEP_SUMMARY. Exit: the gate's (0 safe or covered, 1 needs a new shim
-# or broken, 2 refused or undecided).
+# or broken, 2 refused or undecided, 3 REVIEW: code on a watched path changed that no check classifies).
 #   GATE_LOCK_FILE  uv.lock, poetry.lock, pylock.toml, requirements*.txt or pyproject.toml pinning vllm==X
 #   GATE_FROM       the vLLM the team runs now (instead of a lock file)
 #   GATE_TO         the candidate (a version, wheel, sdist, folder or index URL; default the newest release)

@@ -1,0 +1,89 @@
+"""`harness gate pairs`: the gate on every consecutive pair of vLLM releases, one table.
+
+What a reviewer meets when a team moves one release at a time: per pair, the verdict and how many changes on a
+watched path no check classifies (`changed-unclassified`, `harness.gate.reach`), next to the classified findings.
+A pair with hundreds of them would mean a watched path is drawn too wide; the counts are the evidence for where the
+paths stop. Writes `reports/gate-release-pairs.{json,md}` (or `--json`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from packaging.version import Version
+
+from harness.paths import REPORTS
+
+FIRST, LAST = "0.11.0", "0.34.0"
+
+
+def releases(first: str, last: str) -> list[str]:
+    """Final releases on the index from `first` to `last` (post-releases left out: they repeat their release)."""
+    from harness.gate import sources
+
+    found = set()
+    for a in sources.list_files():
+        v = sources.file_version(a)
+        if v is not None and not (v.is_prerelease or v.is_devrelease or v.is_postrelease or v.local):
+            if Version(first) <= v <= Version(last):
+                found.add(v)
+    return [str(v) for v in sorted(found)]
+
+
+def run(args) -> int:
+    """Each pair is judged by the `harness gate` command itself, in a process of its own."""
+    from harness.gate import sources
+    from harness.reporting.report import now, write_atomic
+
+    first, last = args.between or (FIRST, LAST)
+    try:
+        versions = releases(first, last)
+    except sources.SourceError as exc:
+        print(f"harness gate pairs: {exc}", file=sys.stderr)
+        return 2
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="harness-gate-pairs-") as tmp:
+        for old, new in zip(versions, versions[1:]):
+            out = Path(tmp) / f"{old}-{new}.json"
+            t0 = time.perf_counter()
+            rc = subprocess.run([sys.executable, "-m", "harness", "gate", "--from", old, "--to", new, "--json", str(out)]
+                                + (["--cache-dir", args.cache_dir] if args.cache_dir else []),
+                                stdout=subprocess.DEVNULL, check=False).returncode
+            rep = json.loads(out.read_text()) if out.exists() else {}
+            by_contract: dict[str, int] = {}
+            for c in rep.get("unclassified", []):
+                by_contract[c["contract"]] = by_contract.get(c["contract"], 0) + 1
+            rows.append({"from": old, "to": new, "verdict": rep.get("verdict", "UNDECIDED"), "exit_code": rc,
+                         "findings": len(rep.get("findings", [])),
+                         "uncovered": sum(f["status"] == "uncovered" for f in rep.get("findings", [])),
+                         "changed_unclassified": len(rep.get("unclassified", [])),
+                         "classified": len(rep.get("classified", [])), "unclassified_by_contract": by_contract,
+                         "error": rep.get("error"), "seconds": round(time.perf_counter() - t0, 1)})
+            print(f"gate pairs: {old} -> {new}: {rows[-1]['verdict']}, {rows[-1]['changed_unclassified']} "
+                  f"changed-unclassified", file=sys.stderr)
+    report = {"schema": "harness-gate-pairs/1", "generated_at": now(), "releases": versions, "pairs": rows}
+    target = Path(args.json) if args.json else REPORTS / "gate-release-pairs.json"
+    write_atomic(target, json.dumps(report, indent=2) + "\n")
+    write_atomic(target.with_suffix(".md"), markdown(report))
+    print(markdown(report))
+    return 0
+
+
+def markdown(report: dict) -> str:
+    lines = ["# The gate on consecutive vLLM releases", "",
+             "speculators 0.3.0's surface; static reading plus the watched paths. `findings`: changes the targeted "
+             "checks name (`uncovered`: no shim covers them); `changed-unclassified`: functions on a watched path "
+             "that changed with no check classifying the change (a reviewer reads them, or `--dynamic` observes "
+             "the contract); `classified`: changed functions a finding already accounts for.", "",
+             "| from | to | verdict | findings (uncovered) | changed-unclassified | by contract | classified |",
+             "|---|---|---|---|---|---|---|"]
+    for r in report["pairs"]:
+        by = ", ".join(f"{k} {v}" for k, v in sorted(r["unclassified_by_contract"].items()))
+        lines.append(f"| {r['from']} | {r['to']} | {r['verdict']} | {r['findings']} ({r['uncovered']}) | "
+                     f"{r['changed_unclassified']} | {by} | {r['classified']} |")
+    return "\n".join(lines) + "\n"
