@@ -10,5 +10,5 @@ setup(
     packages=find_packages(include=["harness", "harness.*"]) + list(DATA),
     package_dir=DATA,
     package_data={**{name: ["**/*.toml", "**/*.json", "**/*.txt", "**/*.py"] for name in DATA},
-                  "harness.reporting": ["templates/*.j2"]},
+                  "harness.reporting": ["templates/*.j2"], "harness.gpu": ["*.sh"]},
 )

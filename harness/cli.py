@@ -162,7 +162,8 @@ def cmd_gpu_nightly(args) -> int:
             argv += [flag, str(value)]
     rc = int(pytest.main(argv + list(args.pytest_args)))
     name = gpu_tier.report_name(Path(args.model_path).name, args.tp, args.dtype)
-    report = Path(args.report_dir) / f"{gpu_tier.today()}-{name}.json"
+    written = sorted(Path(args.report_dir).glob(f"{gpu_tier.today()}-{name}-vllm*.json"), key=lambda p: p.stat().st_mtime)
+    report = written[-1] if written else Path(args.report_dir) / f"{gpu_tier.today()}-{name}-vllm<version>.json"
     if report.is_file():
         drift = json.loads(report.read_text())["drift"]
         if drift.get("outcome") == gpu_tier.NO_BASELINE:

@@ -16,6 +16,9 @@ CLIENT = CLIENTS[-1]
 #: One model of each decoder family the server path treats differently: a dense GQA decoder, and Kimi-K2.5 (the
 #: DeepSeek-V2 stack with MLA, whose last layer's output vLLM once exported one layer short).
 CLIENT_MODELS = ("tiny-llama", "tiny-kimi-k25")
+#: How a release's result starts when it failed, by side: the server (vLLM: it did not start, or the export did not
+#: hold) or the release's own client code. The matrix's fault column reads them.
+SERVER_FAILS, CLIENT_FAILS = "the server path fails", "the client fails"
 
 
 def client_row(model: str, version: str = CLIENT) -> str:

@@ -10,7 +10,7 @@ vLLM's native convention, as speculators' launcher emits them with --include-las
 a time. Per native id the
 report gives the largest absolute difference and that difference relative to the largest value, and whether
 the server's layer n is the final layer's output (for the DeepSeek family vLLM once returned one layer fewer).
-Writes `<date>-clients-<model>.json` and `.md` into --out.
+Writes `<date>-clients-<model>-vllm<version>.json` and `.md` into --out.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.clients.releases import CLIENTS
+from harness.clients.releases import CLIENT_FAILS, CLIENTS, SERVER_FAILS
 from harness.native.layer_ids import map_layer_ids
 
 #: Agreement bounds by dtype: float32 on one build and device differs only by batch composition (the server
@@ -190,14 +190,14 @@ def run(name: str, *, clients: tuple[str, ...] = CLIENTS, dtype: str = "float32"
             rep.setdefault("serve", {"started": False, "error": str(e)})
             rep["without_last_layer"] = str(e2)
             for version in clients:
-                rep["clients"][version] = {"agrees": False, "verdict": f"the server path fails: {e}"}
+                rep["clients"][version] = {"agrees": False, "verdict": f"{SERVER_FAILS}: {e}"}
             return rep
         rep["last_layer_is_final_output"] = False
         rep["without_last_layer"] = f"works without native id {n}: compared at {native}"
     for version in clients:
         got = theirs[version]
         if isinstance(got, ServerError):
-            rep["clients"][version] = {"agrees": False, "verdict": f"the client fails: {got}", "error": str(got)}
+            rep["clients"][version] = {"agrees": False, "verdict": f"{CLIENT_FAILS}: {got}", "error": str(got)}
             continue
         res = _compare(got, ours, native, ours_ids, prompts, dtype, n)
         if "failure" in rep:
@@ -260,7 +260,7 @@ def main(argv=None) -> int:
     rep.update(vllm=snap.get("vllm"), torch=snap.get("torch"), device_type=snap.get("device_type"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"{rep['date']}-clients-{args.model}"
+    stem = f"{rep['date']}-clients-{args.model}-vllm{rep['vllm']}"
     rep = stable(rep)
     write_atomic(out / f"{stem}.json", json.dumps(rep, indent=2) + "\n")
     write_atomic(out / f"{stem}.md", markdown(rep))

@@ -8,16 +8,25 @@ release declares:
 - **broken (why)**: it does not run, or disagrees, and no shim restores it (the expectation's reason);
 - **not runnable here (why)**: the build has no such path (e.g. no native export), or the client's declared
   range excludes it, or the build could not be installed here;
+- **not on the CPU build (why)**: the server path failed on vLLM's CPU build (vLLM's error is the fault); what a
+  CUDA user gets is the CUDA cell, where one was observed;
 - **not observed**: the build's report predates this client's rows.
-The per-contract rows behind a verdict are the matrix's own rows for that build.
+Every cell says the build it was observed on (`build`: cpu or cuda-sm90), the committed file that holds its
+evidence (`evidence`) and, where it does not work, whose fault that is (`fault`). Where both builds were observed,
+the CUDA cell is the answer and the CPU cell rides along (`cpu`). The per-contract rows behind a CPU verdict are
+the matrix's own rows for that build.
 """
 
 from __future__ import annotations
 
-from harness.clients.releases import CLIENTS as SERVER_CLIENTS, client_row
+from harness.clients.releases import CLIENT_FAILS, CLIENTS as SERVER_CLIENTS, SERVER_FAILS, client_row
+from harness.reporting.builds import CPU, CUDA
 
-WORKS, SHIMMED, PARTIAL, BROKEN, NOT_RUNNABLE, NOT_OBSERVED = (
-    "works natively", "works with our shims", "partial", "broken", "not runnable here", "not observed")
+WORKS, SHIMMED, PARTIAL, BROKEN, NOT_RUNNABLE, NOT_ON_CPU, NOT_OBSERVED = (
+    "works natively", "works with our shims", "partial", "broken", "not runnable here", "not on the CPU build",
+    "not observed")
+#: Whose fault a failure is, by where it happened.
+CPU_BUILD_FAULT = "vLLM's CPU build"
 #: The clients, in release order, with what the harness drives of each.
 #: What each server-path release's client does differently (harness.clients.vllm_client.ClientApi reads it from the code).
 SERVER_CLIENT_HOW = {
@@ -35,18 +44,29 @@ SECOND_CLIENT_CHECK = "speculators 0.4.0 (second client) agrees"
 
 
 def _cell(verdict: str, why: str = "", shims: list[str] | None = None, complete: bool = True,
-          models: list[str] | None = None) -> dict:
+          models: list[str] | None = None, build: str = CPU, evidence: list[str] | None = None,
+          fault: str | None = None) -> dict:
     """`complete`: False where the run behind the verdict did not observe everything (its cell says so);
-    `models`: for a partial verdict, the models it works on."""
+    `models`: for a partial verdict, the models it works on; `build`, `evidence`, `fault`: see the module."""
     return {"verdict": verdict, "why": why, "shims": shims or [], "complete": complete,
-            **({"models": models} if models else {})}
+            **({"models": models} if models else {}), "build": build, "evidence": evidence or [], "fault": fault}
+
+
+def fault_of(release: str, results: dict[str, dict]) -> str:
+    """Whose fault a server-path release's failure is, from its per-model results: its own client's, or vLLM's."""
+    texts = [str(r.get("verdict") or r.get("measured") or "") for r in results.values()
+             if not r.get("agrees", r.get("result") == "pass")]
+    if any(t.startswith(CLIENT_FAILS) for t in texts):
+        return f"speculators {release}'s client"
+    return "vLLM (server side)"
 
 
 def _first_client(rep: dict, status: str) -> dict:
     """speculators 0.3.0: the env run itself (its contract rows and e2e checks against transformers)."""
     if status == "fail":
         bad = [c["contract"] for c in rep.get("contracts", []) if c.get("expected") not in (None, c["outcome"])]
-        return _cell(BROKEN, "the run failed" + (f": {', '.join(bad)} not as expected" if bad else ""))
+        return _cell(BROKEN, "the run failed" + (f": {', '.join(bad)} not as expected" if bad else ""),
+                     fault="the contract rows say (matrix.html)")
     shims = sorted({c["contract"].split("[")[0] for c in rep.get("contracts", [])
                     if c["outcome"] == "shimmed" and not c["contract"].startswith("native")})
     broken_e2e = sorted({e["model"] for e in rep.get("e2e", []) if e["result"] == "fail" and ":" not in e["model"]})
@@ -55,7 +75,8 @@ def _first_client(rep: dict, status: str) -> dict:
         why += f"; vLLM's own numbers are wrong for {', '.join(broken_e2e)} (expected broken)"
     if status != "pass":
         why += f" [run {status}]"
-    return _cell(SHIMMED if shims else WORKS, why, shims, complete=status == "pass")
+    return _cell(SHIMMED if shims else WORKS, why, shims, complete=status == "pass",
+                 fault="vLLM (its own numbers)" if broken_e2e else None)
 
 
 def _second_client(rep: dict) -> dict:
@@ -65,7 +86,12 @@ def _second_client(rep: dict) -> dict:
     e = seen[0]
     if e["result"] == "n/a":
         return _cell(NOT_RUNNABLE, e["measured"])
-    return _cell(WORKS if e["result"] == "pass" else BROKEN, e["measured"])
+    return _cell(WORKS if e["result"] == "pass" else BROKEN, e["measured"],
+                 fault=None if e["result"] == "pass" else "speculators 0.4.0 or vLLM: the row says")
+
+
+def _build(rep: dict) -> str:
+    return CUDA if (rep.get("platform") or {}).get("device_type") == "cuda" else CPU
 
 
 def _native_client(rep: dict, version: str) -> dict:
@@ -85,15 +111,35 @@ def _native_client(rep: dict, version: str) -> dict:
     failed = next(e for e in seen if e["result"] != "pass")
     why = f"{failed['model'].split(':', 1)[1]}: {failed['measured']}"
     passing = [e["model"].split(":", 1)[1] for e in seen if e["result"] == "pass"]
+    fault = fault_of(version, {e["model"]: e for e in seen})
+    # Observed on the CPU build only, a failure on the server side is the CPU build's: CUDA may differ (and did, at
+    # 0.17-0.20), so it is never "broken" without a CUDA observation. The client's own code runs the same on both.
+    cpu_only = _build(rep) == CPU and not fault.startswith("speculators")
+    if cpu_only:
+        fault = CPU_BUILD_FAULT
     if passing:  # some models work: say which, never collapse it to broken
-        return _cell(PARTIAL, f"works on {', '.join(passing)}; not on {why}", models=passing)
-    return _cell(BROKEN, why)
+        return _cell(PARTIAL, f"works on {', '.join(passing)}; not on {why}", models=passing, fault=fault)
+    return _cell(NOT_ON_CPU if cpu_only else BROKEN, why, fault=fault)
 
 
-def cells(rep: dict, status: str) -> dict[str, dict]:
-    """One env report's verdict for every client (keyed by speculators version)."""
-    return {"0.3.0": _first_client(rep, status), "0.4.0": _second_client(rep),
-            **{v: _native_client(rep, v) for v in SERVER_CLIENTS}}
+def cells(rep: dict, status: str, evidence: str = "") -> dict[str, dict]:
+    """One env report's verdict for every client (keyed by speculators version); `evidence`: the report's path."""
+    got = {"0.3.0": _first_client(rep, status), "0.4.0": _second_client(rep),
+           **{v: _native_client(rep, v) for v in SERVER_CLIENTS}}
+    for cell in got.values():
+        cell.update(evidence=[evidence] if evidence else [], build=_build(rep))
+        if cell["verdict"] == NOT_RUNNABLE and cell["build"] == CPU and str(cell["why"]).startswith(BUILD_LIMITED):
+            cell.update(verdict=NOT_ON_CPU, fault=CPU_BUILD_FAULT)
+    return got
+
+
+def shown(cpu: dict | None, cuda: dict | None) -> dict:
+    """The cell the answer shows: CUDA's where it was observed (the CPU cell beside it), else the CPU build's."""
+    if cuda is None:
+        return cpu or _cell(NOT_OBSERVED, "no report observed it")
+    if cpu is None:
+        return cuda
+    return dict(cuda, cpu={k: cpu[k] for k in ("verdict", "why", "evidence", "fault") if k in cpu})
 
 
 def not_runnable(reason: str) -> dict[str, dict]:
@@ -109,13 +155,25 @@ def to_markdown(m: dict) -> list[str]:
         row = m["clients"][ver]
         lines.append(f"| {ver} | {how} | " + " | ".join(_short(row[c["version"]]) for c in cols) + " |")
     lines += ["", "Each cell: works natively / works with our shims (which) / partial (which models) / broken / not "
-              "runnable here / not observed;",
-              "the reasons are in matrix.json (`clients`) and matrix.html."]
+              "runnable here / not on the CPU build / not observed, then the build it was observed on (CUDA: an H100 "
+              "or H200; CPU: vLLM's CPU wheel);",
+              "the reasons, the evidence files and whose fault are in matrix.json (`clients`) and matrix.html."]
     return lines
 
 
 def _short(cell: dict) -> str:
-    return _verdict_text(cell) + ("" if cell.get("complete", True) else " (incomplete)")
+    return _verdict_text(cell) + ("" if cell.get("complete", True) else " (incomplete)") + build_mark(cell)
+
+
+#: How a cell names its build where it shows one.
+BUILD_WORD = {CPU: "CPU", CUDA: "CUDA"}
+
+
+def build_mark(cell: dict) -> str:
+    """` (CUDA)` / ` (CPU)` after an observed verdict; nothing for one that observed nothing."""
+    if cell["verdict"] in (NOT_OBSERVED, NOT_RUNNABLE, NOT_ON_CPU):
+        return ""
+    return f" ({BUILD_WORD.get(cell.get('build', CPU), cell.get('build'))})"
 
 
 def label(cell: dict) -> str:
@@ -130,7 +188,8 @@ def _verdict_text(cell: dict) -> str:
         return f"works, {len(shims)} shims" if len(shims) > 2 else "works with " + " + ".join(shims)
     if v == PARTIAL:
         return "partial: " + ", ".join(cell.get("models", []))
-    return {WORKS: "works", BROKEN: "**broken**", NOT_RUNNABLE: "not runnable", NOT_OBSERVED: "not observed"}[v]
+    return {WORKS: "works", BROKEN: "**broken**", NOT_RUNNABLE: "not runnable", NOT_ON_CPU: "not on the CPU build",
+            NOT_OBSERVED: "not observed"}[v]
 
 
 #: The README's answer block is generated from reports/matrix.json between these markers (`harness matrix`
@@ -138,7 +197,7 @@ def _verdict_text(cell: dict) -> str:
 ANSWER_BEGIN = "<!-- answer: generated from reports/matrix.json by `python -m harness matrix`; do not edit -->"
 ANSWER_END = "<!-- end of answer -->"
 WORD = {WORKS: "works", SHIMMED: "shims", PARTIAL: "partial", BROKEN: "**broken**", NOT_RUNNABLE: "—",
-        NOT_OBSERVED: "not observed"}
+        NOT_ON_CPU: "not on the CPU build", NOT_OBSERVED: "not observed"}
 
 
 #: How a "not runnable" reason starts when the vLLM has the path but the build the harness made cannot run it
@@ -150,7 +209,7 @@ def answer_table(m: dict) -> str:
     """Which vLLM works with which speculators release, one row per vLLM build, one word a cell (the matrix page
     and matrix.json say which shims and why)."""
     releases = list(CLIENTS)
-    lines = [ANSWER_BEGIN, "| vLLM | run | " + " | ".join(f"speculators {r}" for r in releases) + " |",
+    lines = [ANSWER_BEGIN, "| vLLM | CPU run | " + " | ".join(f"speculators {r}" for r in releases) + " |",
              "|---|---|" + "---|" * len(releases)]
     for col in reversed(m["columns"]):
         ver = col["version"]
@@ -158,9 +217,7 @@ def answer_table(m: dict) -> str:
         for r in releases:
             cell = m["clients"][r].get(ver, {"verdict": NOT_OBSERVED})
             word = WORD[cell["verdict"]] + (f" ({', '.join(cell['models'])})" if cell.get("models") else "")
-            if cell["verdict"] == NOT_RUNNABLE and str(cell.get("why", "")).startswith(BUILD_LIMITED):
-                word = "not on this build"  # the path exists on that vLLM; the build made here cannot run it
-            cells.append(word + ("" if cell.get("complete", True) else " (partial run)"))
+            cells.append(word + ("" if cell.get("complete", True) else " (partial run)") + build_mark(cell))
         lines.append(f"| {ver} | {col['status']} | " + " | ".join(cells) + " |")
     return "\n".join(lines + [ANSWER_END])
 

@@ -14,9 +14,9 @@ COMMITTED = REPORTS / "gpu"
 
 
 def write(model_name: str, cfg, prompts: list[list[int]], facts: dict, meta: dict) -> None:
-    """`reports/gpu/<date>-<model>-tp<N>-<dtype>.{json,md}` for one tier run, with its drift against the last
+    """`reports/gpu/<date>-<model>-tp<N>-<dtype>-vllm<version>.{json,md}` for one tier run, with its drift against the last
     report of the same run key (model config + weights, TP, dtype, prompts, layer ids)."""
-    name = gpu_tier.report_name(model_name, cfg.tp, cfg.dtype)
+    name = f"{gpu_tier.report_name(model_name, cfg.tp, cfg.dtype)}-vllm{meta.get('vllm')}"
     date = gpu_tier.today()
     fp = facts.get("fingerprint", {})
     key = gpu_tier.run_key(cfg.model_path, cfg.tp, cfg.dtype, prompts, facts.get("layer_ids", []))

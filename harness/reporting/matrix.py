@@ -10,7 +10,7 @@ from pathlib import Path
 
 from harness.envs.tox_envs import versions
 from harness.paths import REPORTS
-from harness.reporting import client_axis
+from harness.reporting import builds, client_axis
 from harness.reporting.report import PROOF_NEEDED, PROOF_NOT_RUN, SUBSET, judge, read
 
 SCHEMA = "harness-matrix/1"
@@ -19,7 +19,7 @@ SCHEMA = "harness-matrix/1"
 def merge(report_dir: Path = REPORTS) -> dict:
     vs = versions()
     columns, rows, clients = [], {}, {v: {} for v in client_axis.CLIENTS}
-    previous = _previous(report_dir)
+    cuda = builds.cuda_cells(Path(report_dir), client_axis._cell)
     for ver, meta in vs.items():
         path = Path(report_dir) / f"{meta['env']}.json"
         col = {"version": ver, "env": meta["env"], "package": meta["package"]}
@@ -40,18 +40,12 @@ def merge(report_dir: Path = REPORTS) -> dict:
             status, gaps = judge(rep)
             status, gaps = _predates(rep, status, gaps)
             supplement = _supplement(rep, Path(report_dir) / f"{meta['env']}.incomplete.json")
-            kept_rows, kept_clients = {}, {}
-            if supplement is None and (kept := _kept_supplement(previous, ver, rep)) is not None:
-                supplement, kept_rows, kept_clients = kept
             if supplement and supplement["status"] != "pass" and status != "fail":
                 status = supplement["status"]
                 gaps = gaps + [dict(g, what="subset run: " + g["what"]) for g in supplement["gaps"]]
-            for key, cell in kept_rows.items():
-                rows.setdefault(key, {})[ver] = cell
-            for v, cell in client_axis.cells(rep, status).items():
-                seen_before = kept_clients.get(v)
-                clients[v][ver] = (seen_before if cell["verdict"] == client_axis.NOT_OBSERVED and seen_before
-                                   and seen_before["verdict"] != client_axis.NOT_OBSERVED else cell)
+            evidence = f"reports/{path.name}" + (f" + reports/{meta['env']}.incomplete.json" if supplement else "")
+            for v, cell in client_axis.cells(rep, status, evidence).items():
+                clients[v][ver] = cell
             col.update(status=status, incomplete=gaps, installed=rep["versions"], generated_at=rep["generated_at"],
                        wall_s=rep["tests"].get("wall_s"), proofs_s=(rep.get("timings") or {}).get("proofs_s"),
                        tiers=rep["tiers"], tests=rep["tests"],
@@ -79,6 +73,9 @@ def merge(report_dir: Path = REPORTS) -> dict:
                     "reason": "; ".join(f"{e['check']}: {e['measured']}" for e in checks), "error": None,
                     **({"run": checks[0]["run"]} if checks[0].get("run") else {})}
         columns.append(col)
+    for v, row in clients.items():
+        for col in columns:
+            row[col["version"]] = client_axis.shown(row.get(col["version"]), cuda.get(v, {}).get(col["version"]))
     for key, cells in rows.items():
         for col in columns:
             if col["version"] not in cells:
@@ -95,28 +92,6 @@ def merge(report_dir: Path = REPORTS) -> dict:
             # env: derived from the same per-env times, not measured as a fan-out run.
             "wall_s_fanned_out": round(walls[slowest], 1) if walls else None, "slowest_env": slowest,
             "proofs_s_total": round(sum(c.get("proofs_s") or 0 for c in columns), 1)}
-
-
-def _previous(report_dir: Path) -> dict:
-    """The matrix.json this merge replaces (empty if none or unreadable)."""
-    try:
-        return json.loads((Path(report_dir) / "matrix.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _kept_supplement(previous: dict, ver: str, rep: dict):
-    """A subset run's rows that the previous merge added to this column, kept when its report is no longer beside
-    the complete one (subset reports were not committed before): only for the same complete report (same
-    `generated_at`), only the rows marked with that subset run, and the client verdicts the previous merge derived
-    from them. Returns (supplement, rows, client cells) or None."""
-    col = next((c for c in previous.get("columns", []) if c.get("version") == ver), None)
-    if not col or not col.get("supplement") or col.get("generated_at") != rep.get("generated_at"):
-        return None
-    run = f"subset run {col['supplement']['generated_at']}"
-    rows = {key: cells[ver] for key, cells in previous.get("rows", {}).items() if (cells.get(ver) or {}).get("run") == run}
-    kept = {v: cells[ver] for v, cells in previous.get("clients", {}).items() if ver in cells}
-    return dict(col["supplement"], kept_from="the previous matrix.json (the subset report is not kept)"), rows, kept
 
 
 def _supplement(rep: dict, path: Path) -> dict | None:

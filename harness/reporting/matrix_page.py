@@ -51,7 +51,8 @@ def verdicts(m: dict) -> dict[str, str]:
 #: The answer table's cells: colour, glyph and word per client verdict.
 CLIENT_STYLE = {"works natively": (OK, "✓", "works"), "works with our shims": (SHIM, "✓", "shims"),
                 "partial": (PART, "◐", "partial"), "broken": (BAD, "✗", "broken"),
-                "not runnable here": (NOPE, "–", "not runnable"), "not observed": (UNSEEN, "?", "not observed")}
+                "not runnable here": (NOPE, "–", "not runnable"), "not on the CPU build": (NOPE, "–", "not on the CPU build"),
+                "not observed": (UNSEEN, "?", "not observed")}
 #: What vLLM and CUDA append to every error, which says nothing about the cell.
 BOILERPLATE = re.compile(r"(CUDA kernel errors might be asynchronously reported[^|]*|For debugging consider passing "
                          r"CUDA_LAUNCH_BLOCKING=1[^|]*|Compile with `?TORCH_USE_CUDA_DSA`?[^|]*|Search for `\w+' in "
@@ -66,7 +67,7 @@ def evidence(text: str) -> str:
 def _clients(m: dict) -> dict | None:
     """The answer first: one row per vLLM build (newest first), one column per speculators release; each cell a
     glyph and a word, its evidence one click away. Narrow enough for a 1,440 px window without scrolling sideways."""
-    from harness.reporting.client_axis import CLIENTS
+    from harness.reporting.client_axis import CLIENTS, build_mark
 
     if not m.get("clients"):
         return None
@@ -78,11 +79,25 @@ def _clients(m: dict) -> dict | None:
             color, glyph, word = CLIENT_STYLE[cell["verdict"]]
             word += (": " + ", ".join(cell["models"])) if cell.get("models") else ""
             word += "" if cell.get("complete", True) else " (run incomplete)"
+            word += build_mark(cell)
             cells.append({"release": ver, "verdict": cell["verdict"], "color": color, "glyph": glyph, "word": word,
-                          "evidence": evidence(cell["why"])})
+                          "evidence": evidence(_client_detail(cell))})
         rows.append({"version": c["version"], "status": c["status"], "cells": cells})
     legend = [(verdict, color, glyph, word) for verdict, (color, glyph, word) in CLIENT_STYLE.items()]
     return {"releases": list(CLIENTS.items()), "rows": rows, "legend": legend}
+
+
+def _client_detail(cell: dict) -> str:
+    """A client cell's evidence: why, whose fault, the build and the committed files; the CPU build's cell beside
+    a CUDA one."""
+    lines = [cell.get("why") or ""]
+    if cell.get("fault"):
+        lines.append(f"fault: {cell['fault']}")
+    lines.append(f"build: {cell.get('build', 'cpu')}; evidence: {', '.join(cell.get('evidence') or []) or 'none'}")
+    if cell.get("cpu"):
+        cpu = cell["cpu"]
+        lines.append(f"on the CPU build: {cpu['verdict']}: {cpu.get('why') or ''} ({', '.join(cpu.get('evidence') or [])})")
+    return "\n".join(x for x in lines if x)
 
 
 def _model_of(key: str) -> str:

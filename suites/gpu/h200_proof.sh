@@ -19,9 +19,9 @@ case " $MODELS " in *" kimi "*) ;; *) KIMI="";; esac
 case " $MODELS " in *" llama "*) ;; *) LLAMA="";; esac
 # tiny-Kimi: KimiK25ForConditionalGeneration, real MLA on TRITON_MLA (bf16 only there), speculators' own layer ids.
 [ -n "$KIMI" ] && { timeout "${KIMI_TIMEOUT:-330}" "$PY" -m harness gpu-nightly --model-path "$KIMI" --tp "$TP" --dtype bfloat16 --attention-backend TRITON_MLA \
-  --gpu-memory-utilization 0.3 --report-dir "$OUT/gpu" --env gpu-vllm020-kimi -- -q -rA --harness-report-dir "$OUT/env" > "$OUT/kimi.log" 2>&1 || rc=$?; tail -25 "$OUT/kimi.log"; }
+  --gpu-memory-utilization 0.3 --report-dir "$OUT/gpu" --env "gpu-$VLLM_TAG-kimi" -- -q -rA --harness-report-dir "$OUT/env" > "$OUT/kimi.log" 2>&1 || rc=$?; tail -25 "$OUT/kimi.log"; }
 [ -n "$LLAMA" ] && { timeout "${LLAMA_TIMEOUT:-260}" "$PY" -m harness gpu-nightly --model-path "$LLAMA" --tp "$TP" --dtype bfloat16 --attention-backend TRITON_ATTN \
-  --gpu-memory-utilization 0.3 --report-dir "$OUT/gpu" --env gpu-vllm020-llama -- -q -rA --harness-report-dir "$OUT/env" > "$OUT/llama.log" 2>&1 || rc=$((rc ? rc : $?)); tail -25 "$OUT/llama.log"; }
+  --gpu-memory-utilization 0.3 --report-dir "$OUT/gpu" --env "gpu-$VLLM_TAG-llama" -- -q -rA --harness-report-dir "$OUT/env" > "$OUT/llama.log" 2>&1 || rc=$((rc ? rc : $?)); tail -25 "$OUT/llama.log"; }
 # The native-export cross-check (suites/native) on CUDA, held to fixtures/expectations/vllm-0.20.0-cuda.toml:
 # one pytest session per model (a model that cannot start must not cost the others their report).
 case " $MODELS " in *" native "*)

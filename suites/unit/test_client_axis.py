@@ -26,7 +26,7 @@ def test_first_client_names_its_shims_and_never_counts_the_native_rows():
     assert ca.cells(rep, "fail")["0.3.0"]["verdict"] == ca.BROKEN
     partial = ca.cells(rep, "incomplete")["0.3.0"]
     assert "[run incomplete]" in partial["why"] and not partial["complete"]
-    assert ca._short(partial).endswith("(incomplete)") and ca.label(partial).endswith("(run incomplete)")
+    assert ca._short(partial).endswith("(incomplete) (CPU)") and ca.label(partial).endswith("(run incomplete)")
 
 
 def test_native_client_verdicts():
@@ -37,8 +37,9 @@ def test_native_client_verdicts():
     gpu = [_e2e(client_row("tiny-llama"), AGREES, "pass", "agrees (…; vLLM's own connector)")]
     assert ca.cells(_rep(e2e=gpu), "pass")["0.9.0"]["verdict"] == ca.WORKS
     dead = [_e2e(client_row("tiny-llama"), AGREES, "fail", "the server path fails: vllm serve exited")]
-    assert ca.cells(_rep(e2e=dead), "pass")["0.9.0"] == {"verdict": ca.BROKEN, "shims": [], "complete": True,
-                                                         "why": "tiny-llama: the server path fails: vllm serve exited"}
+    assert ca.cells(_rep(e2e=dead), "pass", "reports/vllm017.json")["0.9.0"] == {
+        "verdict": ca.NOT_ON_CPU, "shims": [], "complete": True, "build": "cpu", "evidence": ["reports/vllm017.json"],
+        "why": "tiny-llama: the server path fails: vllm serve exited", "fault": ca.CPU_BUILD_FAULT}
     none = [_e2e(client_row("tiny-llama"), AGREES, "n/a", "no native hidden-state export in this vLLM")]
     assert ca.cells(_rep(e2e=none), "pass")["0.9.0"]["verdict"] == ca.NOT_RUNNABLE
     assert ca.cells(_rep(), "pass")["0.9.0"]["verdict"] == ca.NOT_OBSERVED
@@ -68,3 +69,40 @@ def test_a_build_without_the_export_is_not_runnable_for_every_server_client_even
     assert {cells[v]["verdict"] for v in ("0.5.0", "0.6.0", "0.8.0", "0.9.0")} == {ca.NOT_RUNNABLE}
     assert "native-path" in cells["0.5.0"]["why"]
     assert ca.cells(_rep([("native-path", "native")]), "pass")["0.5.0"]["verdict"] == ca.NOT_OBSERVED
+
+
+def test_a_server_failure_is_broken_only_where_cuda_observed_it_and_a_client_failure_is_the_clients():
+    dead = [_e2e(client_row("tiny-llama"), AGREES, "fail", "the server path fails: vllm serve exited")]
+    cuda = _rep(e2e=dead)
+    cuda["platform"] = {"device_type": "cuda"}
+    cell = ca.cells(cuda, "pass")["0.9.0"]
+    assert (cell["verdict"], cell["build"], cell["fault"]) == (ca.BROKEN, "cuda-sm90", "vLLM (server side)")
+    lock = [_e2e(client_row("tiny-llama", "0.5.0"), AGREES, "fail", "the client fails: no lock protocol")]
+    cell = ca.cells(_rep(e2e=lock), "pass")["0.5.0"]
+    assert (cell["verdict"], cell["fault"]) == (ca.BROKEN, "speculators 0.5.0's client")
+    assert "**broken** (CPU)" == ca._short(cell)
+
+
+def test_the_cuda_cell_is_the_answer_and_the_cpu_cell_rides_along():
+    cpu = ca._cell(ca.NOT_ON_CPU, "vllm serve exited", evidence=["reports/vllm020.json"], fault=ca.CPU_BUILD_FAULT)
+    cuda = ca._cell(ca.WORKS, "agrees", build="cuda-sm90", evidence=["reports/gpu/x.json"])
+    shown = ca.shown(cpu, cuda)
+    assert shown["verdict"] == ca.WORKS and shown["cpu"]["verdict"] == ca.NOT_ON_CPU
+    assert ca._short(shown) == "works (CUDA)" and ca.shown(cpu, None) is cpu
+    assert ca.shown(None, None)["verdict"] == ca.NOT_OBSERVED
+
+
+def test_cuda_cells_come_from_the_committed_gpu_reports():
+    """vLLM 0.20's CUDA cells: the tier (speculators 0.3.0) and the four server-path clients, each naming files
+    that exist."""
+    from harness.paths import REPO_ROOT as ROOT, REPORTS
+    from harness.reporting import builds
+
+    cells = builds.cuda_cells(REPORTS, ca._cell)
+    for release in ("0.3.0", "0.5.0", "0.6.0", "0.8.0", "0.9.0"):
+        cell = cells[release]["0.20.0"]
+        assert cell["build"] == builds.CUDA and cell["verdict"] in (ca.WORKS, ca.SHIMMED, ca.PARTIAL)
+        assert cell["evidence"] and all((ROOT / e).is_file() for e in cell["evidence"])
+    # The 0.20 Kimi report predates the rule that a missing last layer is no agreement: judged by today's rule.
+    kimi = cells["0.9.0"]["0.20.0"]
+    assert kimi["verdict"] == ca.PARTIAL and kimi["models"] == ["tiny-llama"] and kimi["fault"] == "vLLM (server side)"

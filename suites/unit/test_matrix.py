@@ -118,3 +118,37 @@ def test_the_page_escapes_what_the_reports_say(tmp_path):
     assert "<script>alert" not in page
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &#34;quoted&#34;" in page
     assert page.count("<script>") == 1, "only the page's own script"
+
+
+def _reproducible(value):
+    """A merged matrix without what a re-run of an env changes: its timing fields, the benchmark (timings only),
+    memory peaks and the float32 digits the CPU decides (harness.reporting.stable says which)."""
+    from harness.reporting import stable
+
+    value = stable._drop_keys(stable.without_timings(value), frozenset({"benchmark", "slowest_env"}))
+    return stable.map_strings(value, lambda s: stable._MEASURED_NUMBER.sub("<n>", stable._MIB.sub("<n> MiB", s)))
+
+
+def test_the_committed_matrix_is_the_merge_of_the_committed_reports():
+    """`python -m harness matrix` from reports/ gives reports/matrix.json (up to what a re-run of command 1 changes:
+    timing fields), and the committed Markdown and page are that JSON rendered, byte for byte. Nothing is carried
+    over from an earlier matrix: a cell whose evidence is not committed is not observed."""
+    committed = json.loads((REPO_ROOT / "reports" / "matrix.json").read_text())
+    assert _reproducible(matrix.merge(REPO_ROOT / "reports")) == _reproducible(committed)
+    assert matrix.to_markdown(committed) == (REPO_ROOT / "reports" / "matrix.md").read_text()
+    assert matrix_page.to_html(committed) == (REPO_ROOT / "reports" / "matrix.html").read_text()
+
+
+def test_every_cell_names_its_build_and_committed_evidence():
+    committed = json.loads((REPO_ROOT / "reports" / "matrix.json").read_text())
+    for release, row in committed["clients"].items():
+        for version, cell in row.items():
+            if cell["verdict"] in ("not observed", "not runnable here"):
+                continue
+            assert cell["build"] in ("cpu", "cuda-sm90"), (release, version)
+            files = [f for e in cell["evidence"] for f in e.split(" + ")]
+            assert files and all((REPO_ROOT / f).is_file() for f in files), (release, version, files)
+            if cell["verdict"] not in ("works natively", "works with our shims"):
+                assert cell["fault"], (release, version)
+            if cell["verdict"] == "broken" and cell["build"] == "cpu":  # a CPU-only "broken" is the client's own
+                assert cell["fault"].startswith("speculators"), (release, version, cell["why"])

@@ -1,0 +1,370 @@
+"""Build an offline vLLM bundle for the GPU machine from the package index, in one command.
+
+The GPU machine has Python 3.12 and torch (2.11.0+cu130) but no vLLM and no network, and one call carries at most
+64 MiB. A vLLM CUDA wheel is 250-600 MB, most of it device code for every GPU generation. So:
+
+    python -m harness.gpu.bundle 0.22.0 [--out build/gpu-bundle] [--arch 90] [--torch 2.11.0]
+
+1. downloads vLLM's cp312 manylinux wheel and refuses (exit 2) a release whose torch pin is not the device's;
+2. resolves its dependencies for Python 3.12 on x86-64 Linux with nothing newer than 14 days after the wheel was
+   built (`uv pip compile --exclude-newer`), so the same command gives the same versions next year, and downloads
+   those the device's image lacks (`DEVICE_HAS`, its package list) except the optional kernel packages of `OPTIONAL`
+   (vLLM runs without them on the backends the GPU tier selects; each says why);
+3. leaves the static libraries (`*.a`) out of the dependency wheels, and makes a slim vLLM tree: the wheel unpacked, the optional extensions of `REMOVE` left out, and every other
+   extension's fat binaries cut to the one architecture (`harness.gpu.fatbin`); RECORD rewritten to match;
+4. packs the dependency wheels and the tree (tar, xz) into parts of at most `--part-mib` MiB (the archive split
+   into pieces where it must), each with its checksums, the bundle's manifest and one installer. Any part may
+   arrive first: `bash partK/install.sh` stages it (exit 10 while parts are missing) and, once all are there,
+   installs everything into $SITE (default /tmp/site) and imports vLLM from it (exit 0).
+
+Nothing is committed: the bundle goes to `--out` (ignored), wheels to the cache. Re-running with the same inputs
+gives byte-identical parts (sorted tar members, fixed owners and times, single-threaded xz).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import hashlib
+import json
+import lzma
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+from harness.gpu import fatbin
+
+PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x86_64",
+             "manylinux_2_27_x86_64", "manylinux_2_26_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
+             "manylinux2014_x86_64", "manylinux1_x86_64", "manylinux_2_5_x86_64", "any")
+
+# The device image's Python packages (its package list as the device tool documents it, read 2026-11-17).
+DEVICE_HAS = frozenset("""
+absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build certifi
+charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core cuda-pathfinder
+cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock flatbuffers flax fonttools
+formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna
+imageio iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver
+lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown markdown-it-py markupsafe
+matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict multipledispatch mypy-extensions nanobind narwhals
+networkx ninja numba numba-cuda numpy numpyro nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime
+nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13
+nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx onnx-ir onnxruntime onnxscript
+opencv-python-headless optax opt-einsum opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy peft
+pillow pip pluggy portalocker prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments
+pyparsing pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist
+python-dateutil pytorch-lightning pyyaml regex requests rich sacrebleu safetensors scikit-build-core scikit-image
+scikit-learn scipy seaborn sentencepiece sentence-transformers setuptools shellingham simplejson six sortedcontainers
+statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm
+tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope
+triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl
+zipp""".split())
+
+# Dependencies not carried: kernel libraries for backends the GPU tier does not select (it runs TRITON_ATTN,
+# TRITON_MLA and the Triton fused-MoE kernels) and the CUDA toolchain they JIT with; vLLM imports each lazily and
+# falls back when it is absent. The import check at install time says if that stops being true.
+OPTIONAL = {
+    "flashinfer-python": "FlashInfer attention and sampling kernels (FLASHINFER backend; sampling falls back to torch)",
+    "flashinfer-cubin": "FlashInfer's prebuilt kernels",
+    "flashinfer-jit-cache": "FlashInfer's prebuilt kernels",
+    "tilelang": "TileLang kernels (optional MLA/sparse paths)",
+    "z3-solver": "needed by TileLang only",
+    "apache-tvm-ffi": "needed by FlashInfer/TileLang only",
+    "torch-c-dlpack-ext": "needed by FlashInfer/TileLang only",
+    "tokenspeed-mla": "TokenSpeed MLA kernels (another MLA backend)",
+    "tokenspeed-triton": "needed by tokenspeed-mla only",
+    "quack-kernels": "CuTe-DSL kernels for Blackwell",
+    "humming-kernels": "quantized GEMM kernels for other schemes",
+    "nvidia-cutlass-dsl": "CuTe DSL (Blackwell kernels, JIT)",
+    "nvidia-cutlass-dsl-libs-base": "CuTe DSL",
+    "nvidia-cutlass-dsl-libs-cu13": "CuTe DSL",
+    "cuda-tile": "CUDA tile IR for the CuTe DSL",
+    "nvidia-cudnn-frontend": "cuDNN frontend (FlashInfer's cuDNN paths)",
+    "nvidia-cuda-cccl": "CUDA toolchain for JIT kernels (the device has nvcc)",
+    "nvidia-cuda-crt": "CUDA toolchain for JIT kernels",
+    "nvidia-cuda-nvcc": "CUDA toolchain for JIT kernels",
+    "nvidia-nvvm": "CUDA toolchain for JIT kernels",
+    "cuda-python": "a meta package; the device has cuda-bindings",
+    "fastsafetensors": "GPU-direct checkpoint loading (load_format=fastsafetensors only)",
+    "deep-gemm": "DeepGEMM (FP8 block GEMM)",
+    "sentry-sdk": "fastapi-cloud-cli's telemetry",
+    "fastapi-cloud-cli": "a deployment CLI, not the server",
+}
+
+# Parts of the vLLM wheel left out of the slim tree: optional extensions vLLM probes for and skips.
+REMOVE = (
+    "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",  # FlashAttention-2: sm_80 code; on sm_90 FlashAttention-3 is used
+    "vllm/third_party/deep_gemm/",  # DeepGEMM (has_deep_gemm() is False without it)
+    "vllm/_flashmla_C.abi3.so",  # FlashMLA (guarded import; TRITON_MLA is the tier's MLA backend)
+    "vllm/_flashmla_extension_C.abi3.so",
+    "vllm/vllm-rs",  # the optional Rust front end (VLLM_RUST_FRONTEND_PATH)
+)
+
+NEWER_DAYS = 14
+INSTALLER = Path(__file__).with_name("bundle_install.sh")
+
+
+class Refused(Exception):
+    """Bad input: one line for the user, exit 2."""
+
+
+def _run(cmd: list[str], **kw) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if done.returncode:
+        raise Refused(f"{cmd[0]} {' '.join(cmd[1:3])} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+    return done.stdout
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def download(spec: list[str], dest: Path) -> None:
+    """`pip download --no-deps` of exact pins for the device's interpreter and platform."""
+    dest.mkdir(parents=True, exist_ok=True)
+    plat = [a for p in PLATFORMS if p != "any" for a in ("--platform", p)]
+    _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+          "3.12", "--implementation", "cp", *plat, "-d", str(dest), *spec])
+
+
+def wheel_file(dest: Path, name: str, version: str) -> Path:
+    stem = f"{name.replace('-', '_')}-{version}-"
+    found = [p for p in dest.glob("*.whl") if p.name.lower().startswith(stem.lower())]
+    if not found:
+        raise Refused(f"no wheel of {name} {version} in {dest}")
+    return sorted(found)[0]
+
+
+def metadata(whl: Path) -> tuple[str, list[str], dt.datetime]:
+    """(version, Requires-Dist lines, newest member time) of a wheel."""
+    with zipfile.ZipFile(whl) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        text = z.read(meta).decode()
+        newest = max(dt.datetime(*i.date_time) for i in z.infolist())
+    version = re.search(r"^Version: (\S+)", text, re.M).group(1)
+    return version, re.findall(r"^Requires-Dist: (.+)$", text, re.M), newest
+
+
+def torch_pin(requires: list[str]) -> str | None:
+    for line in requires:
+        m = re.match(r"torch\s*==\s*([\w.+]+)\s*(;.*)?$", line)
+        if m and "extra" not in (m.group(2) or ""):
+            return m.group(1)
+    return None
+
+
+def resolve(version: str, before: dt.date, work: Path) -> dict[str, str]:
+    """vLLM's dependency closure for CPython 3.12 on x86-64 Linux, nothing published after `before`."""
+    req = work / "vllm.in"
+    req.write_text(f"vllm=={version}\n")
+    out = _run(["uv", "pip", "compile", str(req), "--python-version", "3.12", "--python-platform",
+                "x86_64-manylinux_2_28", "--exclude-newer", before.isoformat(), "--no-header", "--no-annotate",
+                "-q", "--index-url", os.environ.get("HARNESS_BUNDLE_INDEX", "https://pypi.org/simple")])
+    pins = {}
+    for line in out.splitlines():
+        m = re.match(r"([A-Za-z0-9_.\-]+)==([^\s;]+)", line.strip())
+        if m:
+            pins[_norm(m.group(1))] = m.group(2)
+    return pins
+
+
+def slim_wheel(src: Path, dest: Path) -> list[str]:
+    """Copy a wheel into `dest`, without the static libraries (`*.a`) some ship beside their shared ones (xgrammar:
+    65 MB): nothing imports them at run time. Returns what was left out."""
+    out = dest / src.name
+    with zipfile.ZipFile(src) as z:
+        dropped = [i.filename for i in z.infolist() if i.filename.endswith(".a")]
+        if not dropped:
+            shutil.copy2(src, out)
+            return []
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as w:
+            for info in z.infolist():
+                if info.filename in dropped:
+                    continue
+                data = z.read(info)
+                if info.filename.endswith(".dist-info/RECORD"):
+                    rows = data.decode().splitlines()
+                    data = ("\n".join(r for r in rows if r.split(",")[0] not in dropped) + "\n").encode()
+                w.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED, compresslevel=9)
+    return dropped
+
+
+def carried(pins: dict[str, str]) -> dict[str, str]:
+    return {n: v for n, v in sorted(pins.items()) if n != "vllm" and n not in DEVICE_HAS and n not in OPTIONAL}
+
+
+def slim_tree(whl: Path, tree: Path, arch: int) -> dict:
+    """Unpack the wheel into `tree`, drop REMOVE, cut fat binaries to `arch`, rewrite RECORD."""
+    shutil.rmtree(tree, ignore_errors=True)
+    with zipfile.ZipFile(whl) as z:
+        z.extractall(tree)
+    removed = []
+    for rel in REMOVE:
+        path = tree / rel
+        if path.is_dir():
+            removed += sorted(str(p.relative_to(tree)) for p in path.rglob("*") if p.is_file())
+            shutil.rmtree(path)
+        elif path.exists():
+            removed.append(rel)
+            path.unlink()
+    pruned = {}
+    for so in sorted(tree.rglob("*.so")):
+        zeroed, kept = fatbin.prune(so, arch)
+        if zeroed:
+            pruned[str(so.relative_to(tree))] = {"zeroed_bytes": zeroed, "entries_kept": kept}
+    record = next(tree.glob("*.dist-info/RECORD"))
+    rows = []
+    for line in record.read_text().splitlines():
+        rel = line.split(",")[0]
+        path = tree / rel
+        if not path.exists():
+            continue
+        if path == record:
+            rows.append(f"{rel},,")
+            continue
+        digest = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+        rows.append(f"{rel},sha256={digest},{path.stat().st_size}")
+    record.write_text("\n".join(rows) + "\n")
+    return {"removed": removed, "pruned": pruned}
+
+
+def archive(tree: Path, dest: Path) -> None:
+    """tar.xz of the tree, reproducible: sorted members, owner 0, fixed times, one xz thread."""
+    def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mtime = 0
+        return info
+
+    filters = [{"id": lzma.FILTER_X86}, {"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME,
+                                         "dict_size": 256 << 20}]
+    with lzma.open(dest, "wb", format=lzma.FORMAT_XZ, filters=filters) as xz, \
+            tarfile.open(fileobj=xz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(tree.rglob("*")):
+            if path.is_file():
+                tar.add(path, arcname=str(path.relative_to(tree)), filter=clean)
+
+
+def pack(files: list[Path], out: Path, limit: int) -> list[list[str]]:
+    """Spread the files over parts of at most `limit` bytes, largest first; a file over the limit is split into
+    pieces (`NAME.000`, ...). Returns each part's file names."""
+    pieces: list[Path] = []
+    for f in files:
+        if f.stat().st_size <= limit:
+            pieces.append(f)
+            continue
+        data = f.read_bytes()
+        for i in range(0, len(data), limit):
+            piece = f.with_name(f"{f.name}.{i // limit:03d}")
+            piece.write_bytes(data[i:i + limit])
+            pieces.append(piece)
+        f.unlink()
+    parts: list[list[Path]] = []
+    sizes: list[int] = []
+    for f in sorted(pieces, key=lambda p: (-p.stat().st_size, p.name)):
+        size = f.stat().st_size
+        for i, used in enumerate(sizes):
+            if used + size <= limit:
+                parts[i].append(f)
+                sizes[i] += size
+                break
+        else:
+            parts.append([f])
+            sizes.append(size)
+    for k, names in enumerate(parts, 1):
+        folder = out / f"part{k}"
+        folder.mkdir()
+        for f in names:
+            shutil.move(str(f), folder / f.name)
+    return [sorted(f.name for f in names) for names in parts]
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build(version: str, out: Path, cache: Path, arch: int, torch: str, part_mib: int) -> dict:
+    cache.mkdir(parents=True, exist_ok=True)
+    download([f"vllm=={version}"], cache)
+    whl = wheel_file(cache, "vllm", version)
+    got, requires, built = metadata(whl)
+    pin = torch_pin(requires)
+    if pin != torch:
+        raise Refused(f"vLLM {version} pins torch {pin}, the device has {torch}: a bundle needs a torch of its own")
+    before = (built + dt.timedelta(days=NEWER_DAYS)).date()
+    bundle = out / f"vllm-{version}"
+    shutil.rmtree(bundle, ignore_errors=True)
+    bundle.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(dir=out) as tmp:
+        work = Path(tmp)
+        pins = resolve(version, before, work)
+        deps = carried(pins)
+        download([f"{n}=={v}" for n, v in deps.items()], cache)
+        wheels = [wheel_file(cache, n, v) for n, v in deps.items()]
+        staging = work / "files"
+        staging.mkdir()
+        static = {w.name: dropped for w in wheels if (dropped := slim_wheel(w, staging))}
+        slim = slim_tree(whl, work / "tree", arch)
+        tar_name = f"vllm-{version}-slim-sm{arch}.tar.xz"
+        archive(work / "tree", staging / tar_name)
+        tar_sha = _sha(staging / tar_name)
+        files = sorted(staging.iterdir())
+        layout = pack(files, bundle, part_mib << 20)
+    manifest = {
+        "vllm": version, "wheel": whl.name, "wheel_sha256": _sha(whl), "arch": f"sm_{arch}", "torch": torch,
+        "resolved_before": before.isoformat(), "archive": tar_name, "archive_sha256": tar_sha,
+        "dependencies": deps, "not_carried_device_has": sorted(n for n in pins if n in DEVICE_HAS),
+        "not_carried_optional": {n: OPTIONAL[n] for n in sorted(pins) if n in OPTIONAL},
+        "slim": {**slim, "static_libraries_left_out": static}, "parts": {f"part{k}": names for k, names in enumerate(layout, 1)},
+        "files": {},
+    }
+    for k, names in enumerate(layout, 1):
+        folder = bundle / f"part{k}"
+        for name in names:
+            manifest["files"][name] = _sha(folder / name)
+        (folder / "SHA256SUMS").write_text("".join(f"{manifest['files'][n]}  {n}\n" for n in names))
+    for k in range(1, len(layout) + 1):
+        folder = bundle / f"part{k}"
+        (folder / "MANIFEST.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        shutil.copy2(INSTALLER, folder / "install.sh")
+        (folder / "install.sh").chmod(0o755)
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.gpu.bundle", description=__doc__.split("\n")[0])
+    ap.add_argument("version", help="vLLM release, e.g. 0.22.0")
+    ap.add_argument("--out", type=Path, default=Path("build/gpu-bundle"))
+    ap.add_argument("--cache", type=Path, default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+                    / "speculators-vllm-harness" / "wheels")
+    ap.add_argument("--arch", type=int, default=90, help="the GPU's SM version (90: H100/H200)")
+    ap.add_argument("--torch", default="2.11.0", help="the device's torch release")
+    ap.add_argument("--part-mib", type=int, default=55, help="largest part, MiB (a call carries 64 MiB)")
+    args = ap.parse_args(argv)
+    if not re.fullmatch(r"\d+\.\d+\.\d+", args.version):
+        print(f"harness.gpu.bundle: not a release version: {args.version!r}", file=sys.stderr)
+        return 2
+    try:
+        manifest = build(args.version, args.out.resolve(), args.cache.resolve(), args.arch, args.torch,
+                         args.part_mib)
+    except Refused as why:
+        print(f"harness.gpu.bundle: {why}", file=sys.stderr)
+        return 2
+    bundle = args.out / f"vllm-{args.version}"
+    for part, names in manifest["parts"].items():
+        size = sum((bundle / part / n).stat().st_size for n in names)
+        print(f"{bundle / part}: {len(names)} file(s), {size / 2**20:.1f} MiB")
+    print(f"{len(manifest['dependencies'])} dependency wheels; not carried: "
+          f"{len(manifest['not_carried_device_has'])} the device has, {len(manifest['not_carried_optional'])} optional")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
