@@ -76,7 +76,6 @@ OPTIONAL = {
     "flashinfer-jit-cache": "FlashInfer's prebuilt kernels",
     "tilelang": "TileLang kernels (optional MLA/sparse paths)",
     "z3-solver": "needed by TileLang only",
-    "apache-tvm-ffi": "needed by FlashInfer/TileLang only",
     "torch-c-dlpack-ext": "needed by FlashInfer/TileLang only",
     "tokenspeed-mla": "TokenSpeed MLA kernels (another MLA backend)",
     "tokenspeed-triton": "needed by tokenspeed-mla only",
@@ -94,6 +93,9 @@ OPTIONAL = {
     "cuda-python": "a meta package; the device has cuda-bindings",
     "fastsafetensors": "GPU-direct checkpoint loading (load_format=fastsafetensors only)",
     "deep-gemm": "DeepGEMM (FP8 block GEMM)",
+    "nvidia-cuda-tileiras": "the CUDA tile IR compiler (CuTe DSL / cuda-tile only)",
+    "pynvvideocodec": "NVIDIA video decoding (video inputs of multimodal models)",
+    "torchcodec": "video decoding (video inputs of multimodal models)",
     "sentry-sdk": "fastapi-cloud-cli's telemetry",
     "fastapi-cloud-cli": "a deployment CLI, not the server",
 }
