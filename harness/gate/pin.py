@@ -98,14 +98,17 @@ def newest() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m harness.gate.pin LOCKFILE | --newest", file=sys.stderr)
-        return 2
+    import argparse
+
     from harness.gate.sources import SourceError
 
+    ap = argparse.ArgumentParser(prog="python -m harness.gate.pin", description=__doc__.splitlines()[0])
+    which = ap.add_mutually_exclusive_group(required=True)
+    which.add_argument("lockfile", nargs="?", help="requirements, pyproject.toml, uv.lock, poetry.lock or pylock.toml")
+    which.add_argument("--newest", action="store_true", help="the newest vLLM release on the index instead")
+    args = ap.parse_args(argv)
     try:
-        print(newest() if args[0] == "--newest" else read(args[0]))
+        print(newest() if args.newest else read(args.lockfile))
     except (NoPin, SourceError) as e:
         print(f"harness.gate.pin: {e}", file=sys.stderr)
         return 2

@@ -16,6 +16,8 @@ import json
 import re
 from pathlib import Path
 
+from harness.clients.releases import CLIENT_MODELS
+
 CPU, CUDA = "cpu", "cuda-sm90"
 GPU_SCHEMA = "harness-gpu-report/1"
 
@@ -108,8 +110,11 @@ def cuda_cells(report_dir: Path, cell) -> dict[str, dict[str, dict]]:
             ok = sorted(m for m, c in got.items() if c["agrees"])
             why = "; ".join(f"{m}: {c.get('verdict', '')}" for m, c in sorted(got.items())) + f" (vLLM {vllm} CUDA)"
             verdict = ax.WORKS if len(ok) == len(got) else ax.PARTIAL if ok else ax.BROKEN
+            unseen = [m for m in CLIENT_MODELS if m not in got]
+            if unseen:  # a model the client path is checked on that no CUDA report of this release covers
+                why += f"; not observed on CUDA: {', '.join(unseen)}"
             out.setdefault(release, {})[vllm] = cell(
-                verdict, why, models=ok if verdict == ax.PARTIAL else None, build=CUDA,
+                verdict, why, models=ok if verdict == ax.PARTIAL else None, build=CUDA, complete=not unseen,
                 evidence=_evidence(report_dir, [p for m, (p, _r) in models.items() if m in got]),
                 fault=None if verdict == ax.WORKS else ax.fault_of(release, got))
     return out

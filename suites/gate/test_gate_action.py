@@ -49,10 +49,16 @@ def test_the_action_gates_the_pin_of_the_lock_file(job, gate):
 
 
 def test_no_pin_is_refused_in_one_line(job):
+    root = job[0]
     step = run_step(job, GATE_TO=NEW)
     assert step.returncode == 2 and step.stderr.strip().count("\n") == 0, step.stderr
     assert "lock file" in step.stderr
-    ranged = job[0] / "work" / "requirements.txt"
+    ranged = root / "work" / "requirements.txt"
     ranged.write_text("vllm>=0.30\n")
+    (root / "output").write_text("")
     step = run_step(job, GATE_LOCK_FILE=str(ranged), GATE_TO=NEW)
     assert step.returncode == 2 and "a range, not one build" in step.stderr, step.stderr
+    # The refusal reaches the job's outputs and summary, not only the log.
+    out = dict(line.split("=", 1) for line in (root / "output").read_text().splitlines())
+    assert out["verdict"] == "REFUSED" and "a range, not one build" in out["reason"]
+    assert "REFUSED" in (root / "summary.md").read_text()

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the H200 scripts: vLLM into /tmp/site (once per machine: a marker file says it is done), then the
 # environment every run there needs. Two ways in:
 # - BUNDLE=build/gpu-bundle/vllm-X.Y.Z (made by `python -m harness.gpu.bundle X.Y.Z`): every part carried in this
@@ -34,4 +35,5 @@ export HARNESS_CACHE_DIR=/tmp/harness-models
 # sampling unless told not to (the hidden states never pass the sampler).
 [ -n "${BUNDLE:-}" ] && export VLLM_USE_FLASHINFER_SAMPLER=0
 # The tier's env names carry the release: gpu-vllm020-..., gpu-vllm022-...
+export VLLM_TAG  # read by the scripts that source this file
 VLLM_TAG=$(PYTHONPATH="$SITE" "$PY" -c "import vllm; a, b = vllm.__version__.split('.')[:2]; print(f'vllm{a}{int(b):02d}')" 2>/dev/null || echo vllm)

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced after h200_env.sh by the scripts that start `vllm serve` on the H200: the vLLM 0.20.0 bundle carries
 # what the in-process path imports, not the HTTP front end. The wheels in .srv-wheels (pip download --no-deps,
 # cp312 manylinux; the versions vLLM 0.20's CPU build resolves to) are installed into $SITE, each only where its

@@ -76,7 +76,7 @@ def test_the_gate_without_its_extra_names_it():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert out.returncode == 2, out.stdout + out.stderr
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "needs the [gate] extra: pip install" in lines[0], out.stderr
+    assert len(lines) == 1 and "needs the harness's [gate] extra (in a checkout: pip install '.[gate]')" in lines[0], out.stderr
 
 
 def test_an_internal_error_is_70_never_a_verdict(monkeypatch, capsys):

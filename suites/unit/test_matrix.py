@@ -125,7 +125,8 @@ def _reproducible(value):
     memory peaks and the float32 digits the CPU decides (harness.reporting.stable says which)."""
     from harness.reporting import stable
 
-    value = stable._drop_keys(stable.without_timings(value), frozenset({"benchmark", "slowest_env"}))
+    sums = frozenset({"benchmark", "slowest_env", "wall_s_total", "wall_s_fanned_out", "proofs_s_total"})
+    value = stable._drop_keys(stable.without_timings(value), sums)
     return stable.map_strings(value, lambda s: stable._MEASURED_NUMBER.sub("<n>", stable._MIB.sub("<n> MiB", s)))
 
 

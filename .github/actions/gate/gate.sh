@@ -3,7 +3,7 @@
 # the reusable workflow's (.github/workflows/gate-call.yml). Installs this harness (the folder three levels up)
 # with its [gate] extra into a virtual environment, reads the team's pin from its lock file unless GATE_FROM is
 # given, judges the bump to GATE_TO (default: the newest vLLM release on the index), and leaves the verdict in
-# $GITHUB_OUTPUT and the Markdown in $GITHUB_STEP_SUMMARY. Exit: the gate's (0 safe or covered, 1 needs a new shim
+# $GITHUB_OUTPUT and the Markdown in $GITHUB_STEP_SUMMARY (a refusal too: verdict=REFUSED and its one line). Exit: the gate's (0 safe or covered, 1 needs a new shim
 # or broken, 2 refused or undecided, 3 REVIEW: code on a watched path changed that no check classifies).
 #   GATE_LOCK_FILE  uv.lock, poetry.lock, pylock.toml, requirements*.txt or pyproject.toml pinning vllm==X
 #   GATE_FROM       the vLLM the team runs now (instead of a lock file)
@@ -18,30 +18,38 @@ venv="${HARNESS_VENV:-$tmp/harness-gate-venv}"
 if [ ! -x "$venv/bin/harness" ]; then
   if command -v uv >/dev/null 2>&1; then
     uv venv --quiet --python "${GATE_PYTHON:-python3}" "$venv"
-    uv pip install --quiet --python "$venv/bin/python" "$root[gate]"
+    uv pip install --quiet --python "$venv/bin/python" "${root}[gate]"
   else
     "${GATE_PYTHON:-python3}" -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet "$root[gate]"
+    "$venv/bin/python" -m pip install --quiet "${root}[gate]"
   fi
 fi
 py="$venv/bin/python"
+refuse() {  # the reason: one line on stderr, in the job summary and in the outputs; exit 2
+  echo "gate: $1" >&2
+  [ -z "${GITHUB_STEP_SUMMARY:-}" ] || printf '## speculators x vLLM gate: REFUSED\n\n%s\n' "$1" >> "$GITHUB_STEP_SUMMARY"
+  [ -z "${GITHUB_OUTPUT:-}" ] || { echo "verdict=REFUSED"; echo "reason=$1"; } >> "$GITHUB_OUTPUT"
+  exit 2
+}
+last_line() { tail -n 1 "$1" 2>/dev/null | sed 's/^harness[.a-z]*: //'; }
 from="${GATE_FROM:-}"
 if [ -z "$from" ]; then
-  if [ -z "${GATE_LOCK_FILE:-}" ]; then
-    echo "gate: give the vLLM you run now: a lock file (lock-file / GATE_LOCK_FILE) or a version (from / GATE_FROM)" >&2
-    exit 2
-  fi
-  from=$("$py" -m harness.gate.pin "$GATE_LOCK_FILE") || exit 2
+  [ -n "${GATE_LOCK_FILE:-}" ] ||
+    refuse "give the vLLM you run now: a lock file (lock-file / GATE_LOCK_FILE) or a version (from / GATE_FROM)"
+  from=$("$py" -m harness.gate.pin "$GATE_LOCK_FILE" 2> "$tmp/gate-pin.err") || refuse "$(last_line "$tmp/gate-pin.err")"
 fi
 to="${GATE_TO:-}"
-[ -n "$to" ] || to=$("$py" -m harness.gate.pin --newest) || exit 2
+[ -n "$to" ] || to=$("$py" -m harness.gate.pin --newest 2> "$tmp/gate-pin.err") || refuse "$(last_line "$tmp/gate-pin.err")"
 out="${GATE_JSON:-$tmp/gate.json}"
 args=(gate --from "$from" --to "$to" --json "$out")
 [ -z "${GATE_CLIENT:-}" ] || args+=(--client "$GATE_CLIENT")
 [ -z "${GITHUB_STEP_SUMMARY:-}" ] || args+=(--summary "$GITHUB_STEP_SUMMARY")
 echo "gate: vLLM $from -> $to${GATE_CLIENT:+ ($GATE_CLIENT)}"
 rc=0
-"$venv/bin/harness" "${args[@]}" || rc=$?
+rm -f "$out"
+"$venv/bin/harness" "${args[@]}" 2> >(tee "$tmp/gate.err" >&2) || rc=$?
+wait  # for tee
+[ "$rc" -ne 2 ] || [ -s "$out" ] || refuse "$(last_line "$tmp/gate.err")"
 verdict=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["verdict"])' "$out" 2>/dev/null || echo UNDECIDED)
 if [ -n "${GITHUB_OUTPUT:-}" ]; then
   { echo "verdict=$verdict"; echo "from=$from"; echo "to=$to"; echo "report=$out"; } >> "$GITHUB_OUTPUT"
