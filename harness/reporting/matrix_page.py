@@ -125,9 +125,15 @@ SCRIPT = ("function f(){var m=document.getElementById('model').value,"
           "r.style.display=ok?'':'none';});}"
           "document.getElementById('model').onchange=f;document.getElementById('contract').oninput=f;"
           # A link to a cell (matrix.html#twophase@0.16.0) clicks it: its evidence opens as for a user's click.
-          "function g(){var c=document.getElementById(decodeURIComponent(location.hash.slice(1)));"
-          "if(c&&!c.querySelector('details').open){c.querySelector('summary').click();c.scrollIntoView();}}"
-          "window.onhashchange=g;g();")
+          "function g(){var c=document.getElementById(decodeURIComponent(location.hash.slice(1)));if(!c)return;"
+          "if(!c.querySelector('details').open){c.querySelector('summary').click();}"
+          # The table's scroll box is brought to the top of the window (its sticky headers with it), then the cell
+          # is centred inside the box: on a narrow window the linked column comes into view under its header. Again
+          # after load, since the browser's own jump to the fragment comes later and puts the cell at the very top.
+          "var b=c.closest('.scroll');if(!b){c.scrollIntoView({block:'center',inline:'center'});return;}"
+          "b.scrollIntoView({block:'start'});var br=b.getBoundingClientRect(),cr=c.getBoundingClientRect();"
+          "b.scrollLeft+=cr.left-br.left-(b.clientWidth-cr.width)/2;b.scrollTop+=cr.top-br.top-b.clientHeight/2;}"
+          "window.onhashchange=g;g();window.addEventListener('load',function(){setTimeout(g,0);});")
 
 
 def _detail(cell: dict) -> str:

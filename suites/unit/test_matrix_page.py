@@ -80,3 +80,27 @@ def test_screenshots_of_the_page(width):
     shot = REPO_ROOT / "reports" / f"matrix-{width}.png"
     out = _browser(f"file://{REPO_ROOT / 'reports' / 'matrix.html'}", f"--screenshot={shot}", f"--window-size={width},900")
     assert shot.is_file() and shot.stat().st_size > 5_000, out.stderr[-1000:]
+
+
+_LINK_PROBE = """<script>window.addEventListener('load', function () { setTimeout(function () {
+  var c = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+  var head = Array.from(document.querySelectorAll('#clients thead th')).find(function (t) {
+    return t.textContent.indexOf('0.9.0') >= 0; });
+  var r = c.getBoundingClientRect(), h = head.getBoundingClientRect();
+  var pre = document.createElement('pre'); pre.id = 'probe';
+  pre.textContent = JSON.stringify({width: window.innerWidth, height: window.innerHeight, left: r.left, right: r.right,
+    top: r.top, headTop: h.top, headBottom: h.bottom, headLeft: h.left, open: !!c.querySelector('details[open]')});
+  document.body.appendChild(pre); }, 200); });</script>"""
+
+
+def test_a_link_to_a_cell_at_400_px_shows_the_cell_under_its_column_header(tmp_path):
+    """On a phone-width window a link to speculators 0.9.0 on one vLLM opens that cell inside the window, with its
+    column's header still in view above it (the headers are sticky; the link centres the cell both ways)."""
+    m = json.loads((REPO_ROOT / "reports" / "matrix.json").read_text())
+    page = tmp_path / "matrix.html"
+    page.write_text(matrix_page.to_html(m).replace("</body>", _LINK_PROBE + "</body>"))
+    ver = m["columns"][-1]["version"]
+    dom = _browser(f"file://{page}#client0.9.0@{ver}", "--dump-dom", "--window-size=400,900").stdout
+    got = json.loads(html.unescape(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S).group(1)))
+    assert got["open"] and 0 <= got["left"] and got["right"] <= got["width"] + 1, got
+    assert -1 <= got["headTop"] < got["headBottom"] <= got["top"] + 1 and got["headLeft"] < got["width"], got
