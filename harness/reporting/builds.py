@@ -17,8 +17,8 @@ import re
 from pathlib import Path
 
 from harness.clients.releases import CLIENT_MODELS
-
-CPU, CUDA = "cpu", "cuda-sm90"
+from harness.reporting import client_axis as ax
+from harness.reporting.client_axis import CPU, CUDA  # noqa: F401 - the build names, for this module's readers
 GPU_SCHEMA = "harness-gpu-report/1"
 
 
@@ -84,10 +84,7 @@ def _judged(rep: dict, release: str) -> dict:
 
 
 def cuda_cells(report_dir: Path, cell) -> dict[str, dict[str, dict]]:
-    """{client release: {vLLM release: cell}} for what the GPU tier observed. `cell` makes a client_axis cell
-    (passed in: this module names no verdicts of its own)."""
-    from harness.reporting import client_axis as ax
-
+    """{client release: {vLLM release: cell}} for what the GPU tier observed; `cell` makes a client_axis cell."""
     tier, clients = read(Path(report_dir) / "gpu")
     out: dict[str, dict[str, dict]] = {}
     for vllm in sorted({v for v, _m in tier}):

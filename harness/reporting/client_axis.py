@@ -20,13 +20,14 @@ the matrix's own rows for that build.
 from __future__ import annotations
 
 from harness.clients.releases import CLIENT_FAILS, CLIENTS as SERVER_CLIENTS, SERVER_FAILS, client_row
-from harness.reporting.builds import CPU, CUDA
 
 WORKS, SHIMMED, PARTIAL, BROKEN, NOT_RUNNABLE, NOT_ON_CPU, NOT_OBSERVED = (
     "works natively", "works with our shims", "partial", "broken", "not runnable here", "not on the CPU build",
     "not observed")
 #: Whose fault a failure is, by where it happened.
 CPU_BUILD_FAULT = "vLLM's CPU build"
+#: The builds a cell can be observed on: vLLM's CPU wheel (the tox envs) and its CUDA wheel on sm_90 (H100/H200).
+CPU, CUDA = "cpu", "cuda-sm90"
 #: The clients, in release order, with what the harness drives of each.
 #: What each server-path release's client does differently (harness.clients.vllm_client.ClientApi reads it from the code).
 SERVER_CLIENT_HOW = {
