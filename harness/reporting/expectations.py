@@ -4,7 +4,8 @@ One TOML file per vLLM version and platform in `fixtures/expectations/` (`vllm-0
 Strict: an observed outcome that differs, a contract without an entry, and an entry for a contract
 the suite does not have all fail the run. The file is found by the installed version; a version
 without a file is an error that says which files exist (a nightly is not silently treated as the
-release it follows).
+release it follows). An entry may say whose fault a `broken` is where the reason alone would not:
+`fault = "cpu-build"` (vLLM's CPU build cannot run the path; CUDA may: the matrix shows "not on the CPU build").
 """
 
 from __future__ import annotations
@@ -28,11 +29,16 @@ class BadExpectations(ValueError):
     """An expectations file that is not valid: one line naming the file, line and column."""
 
 
+#: The faults an entry may name (see the module's docstring).
+FAULTS = ("cpu-build",)
+
+
 @dataclass(frozen=True)
 class Expectation:
     key: str
     outcome: Outcome
     reason: str
+    fault: str | None = None
 
 
 def directory() -> Path:
@@ -72,6 +78,8 @@ def _entry(entry, where: str) -> None:
         raise BadExpectations(f"{where}: outcome {entry.get('outcome')!r} is not one of {sorted(OUTCOMES)}")
     if not entry.get("reason"):
         raise BadExpectations(f"{where}: every expectation needs a reason")
+    if entry.get("fault") is not None and (entry["fault"] not in FAULTS or entry.get("outcome") != "broken"):
+        raise BadExpectations(f"{where}: fault {entry['fault']!r}: only a broken entry names one, one of {list(FAULTS)}")
 
 
 def load_file(path: Path, facts: dict[str, bool] | None = None) -> dict[str, Expectation]:
@@ -109,7 +117,7 @@ def load_file(path: Path, facts: dict[str, bool] | None = None) -> dict[str, Exp
                 facts = platform_facts()
             if facts.get(fact):
                 chosen = {**variant, "reason": f"{FACTS[fact]}: {variant['reason']}"}
-        out[key] = Expectation(key, Outcome(chosen["outcome"]), chosen["reason"])
+        out[key] = Expectation(key, Outcome(chosen["outcome"]), chosen["reason"], chosen.get("fault"))
     return out
 
 

@@ -72,6 +72,7 @@ def merge(report_dir: Path = REPORTS) -> dict:
                     "outcome": outcome, "expected": "broken" if outcome == "broken" else None, "shim": None,
                     "reason": "; ".join(f"{e['check']}: {e['measured']}" for e in checks), "error": None,
                     **({"run": checks[0]["run"]} if checks[0].get("run") else {})}
+            _label_cpu_build_faults(rows, ver, rep)
         columns.append(col)
     for v, row in clients.items():
         for col in columns:
@@ -92,6 +93,23 @@ def merge(report_dir: Path = REPORTS) -> dict:
             # env: derived from the same per-env times, not measured as a fan-out run.
             "wall_s_fanned_out": round(walls[slowest], 1) if walls else None, "slowest_env": slowest,
             "proofs_s_total": round(sum(c.get("proofs_s") or 0 for c in columns), 1)}
+
+
+NOT_ON_CPU = "not on the CPU build"
+
+
+def _label_cpu_build_faults(rows: dict, ver: str, rep: dict) -> None:
+    """A row its expectations file attributes to vLLM's CPU build (`fault = "cpu-build"`: the CPU runner cannot run
+    that path, CUDA may) is shown "not on the CPU build", never "broken": the matrix's rows are CPU observations."""
+    from harness.reporting import expectations
+
+    path = expectations.file_for(rep["versions"].get("vllm", ""), (rep.get("platform") or {}).get("device_type", ""))
+    if (rep.get("platform") or {}).get("device_type") != "cpu" or not path.is_file():
+        return
+    for key, exp in expectations.load_file(path, facts={}).items():
+        cell = rows.get(key, {}).get(ver)
+        if exp.fault == "cpu-build" and cell and cell["outcome"] == "broken":
+            cell.update(outcome=NOT_ON_CPU, expected=NOT_ON_CPU, observed="broken", fault="vLLM's CPU build")
 
 
 def _supplement(rep: dict, path: Path) -> dict | None:
@@ -173,7 +191,8 @@ def to_markdown(m: dict) -> str:
     head = "| contract | " + " | ".join(c["version"] for c in cols) + " |"
     lines = ["# speculators 0.3.0 × vLLM: compatibility matrix", "",
              "Cells: **native** (speculators' own call works), **shimmed** (fails as documented; our shim restores it),",
-             "**broken** (no shim restores it), n/a, or not runnable here. Observed on each real vLLM CPU build.",
+             "**broken** (no shim restores it), n/a, not on the CPU build (vLLM's CPU build cannot run the path: its "
+             "error is the fault), or not runnable here. Observed on each real vLLM CPU build.",
              "Rows `native*` are vLLM's own hidden-state export (0.17+), not speculators' calls: **native** = it holds "
              "(`native[model]`: runs here and agrees with ours), **broken** = it does not hold here (the cell says why).", "",
              *(client_axis.to_markdown(m) if m.get("clients") else []), "", "## Contract rows (speculators 0.3.0) and end-to-end checks", "",

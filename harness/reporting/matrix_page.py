@@ -16,10 +16,13 @@ from harness.reporting.matrix import PROOF_MARK, bench_cell, merge, short_cell, 
 OK, SHIM, PART, BAD, NA, NOPE, UNSEEN, SEEN = ("#cde7f7", "#fbeebf", "#f9d8a8", "#e69f00", "#f2f2f2", "#e4e4e4",
                                               "#ffffff", "#dcd3f0")
 COLORS = {"native": OK, "shimmed": SHIM, "broken": BAD, "n/a": NA, "pass": OK, "fail": BAD, "not runnable here": NOPE,
+          "not on the CPU build": NOPE,
           "not observed": UNSEEN, "incomplete": UNSEEN, "observed": SEEN}
 LEGEND = (("native", "speculators' own call works"), ("shimmed", "it fails as documented; the harness's shim restores it"),
           ("broken", "no shim restores it (the cell says whose fault)"), ("pass", "end to end: equal to transformers"),
-          ("n/a", "does not apply to this model or version"), ("not observed", "the run did not observe it"),
+          ("n/a", "does not apply to this model or version"),
+          ("not on the CPU build", "vLLM's CPU build cannot run this path (its error is the fault; CUDA may)"),
+          ("not observed", "the run did not observe it"),
           ("incomplete", "nothing failed, but not everything was observed"))
 
 

@@ -153,3 +153,36 @@ def test_every_cell_names_its_build_and_committed_evidence():
                 assert cell["fault"], (release, version)
             if cell["verdict"] == "broken" and cell["build"] == "cpu":  # a CPU-only "broken" is the client's own
                 assert cell["fault"].startswith("speculators"), (release, version, cell["why"])
+
+
+def test_a_row_its_expectations_lay_on_the_cpu_build_is_never_broken_in_the_matrix():
+    """`fault = "cpu-build"` in a CPU build's expectations (vLLM's CPU runner cannot run the path) shows the row as
+    "not on the CPU build" with vLLM's CPU build as the fault; the observation stays beside it."""
+    from harness.reporting import expectations
+
+    m = json.loads((REPO_ROOT / "reports" / "matrix.json").read_text())
+    labelled = 0
+    for col in m["columns"]:
+        path = expectations.file_for(col["version"], "cpu")
+        if col["status"] == "not runnable here" or not path.is_file():
+            continue
+        for key, exp in expectations.load_file(path, facts={}).items():
+            cell = m["rows"].get(key, {}).get(col["version"])
+            if exp.fault == "cpu-build" and cell and cell.get("observed") == "broken":
+                assert cell["outcome"] == "not on the CPU build" and cell["fault"] == "vLLM's CPU build", (key, cell)
+                labelled += 1
+    assert labelled >= 40  # 0.17-0.20's server rows, 0.22-0.33's native export, 0.15.1's Kimi
+
+
+def test_a_fault_is_named_only_on_a_broken_expectation(tmp_path):
+    import pytest
+
+    from harness.reporting import expectations
+
+    bad = tmp_path / "vllm-9.9.9-cpu.toml"
+    bad.write_text('[contracts]\n"x" = { outcome = "native", fault = "cpu-build", reason = "r" }\n')
+    with pytest.raises(expectations.BadExpectations, match="only a broken entry names one"):
+        expectations.load_file(bad, facts={})
+    bad.write_text('[contracts]\n"x" = { outcome = "broken", fault = "cuda", reason = "r" }\n')
+    with pytest.raises(expectations.BadExpectations, match="one of"):
+        expectations.load_file(bad, facts={})
