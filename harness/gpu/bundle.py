@@ -43,7 +43,7 @@ from harness.gpu import fatbin
 
 PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x86_64",
              "manylinux_2_27_x86_64", "manylinux_2_26_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64", "manylinux1_x86_64", "manylinux_2_5_x86_64", "any")
+             "manylinux2014_x86_64", "manylinux1_x86_64", "manylinux_2_5_x86_64")
 
 # The device image's Python packages (its package list as the device tool documents it, read 2026-11-17).
 DEVICE_HAS = frozenset("""
@@ -120,7 +120,8 @@ class Refused(Exception):
 def _run(cmd: list[str], **kw) -> str:
     done = subprocess.run(cmd, capture_output=True, text=True, **kw)
     if done.returncode:
-        raise Refused(f"{cmd[0]} {' '.join(cmd[1:3])} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise Refused(f"{cmd[0]} {' '.join(cmd[1:3])} failed: {said[-1] if said else f'exit {done.returncode}'}")
     return done.stdout
 
 
@@ -131,7 +132,7 @@ def _norm(name: str) -> str:
 def download(spec: list[str], dest: Path) -> None:
     """`pip download --no-deps` of exact pins for the device's interpreter and platform."""
     dest.mkdir(parents=True, exist_ok=True)
-    plat = [a for p in PLATFORMS if p != "any" for a in ("--platform", p)]
+    plat = [a for p in PLATFORMS for a in ("--platform", p)]
     _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
           "3.12", "--implementation", "cp", *plat, "-d", str(dest), *spec])
 

@@ -170,11 +170,12 @@ def _short(cell: dict) -> str:
 BUILD_WORD = {CPU: "CPU", CUDA: "CUDA"}
 
 
-def build_mark(cell: dict) -> str:
-    """` (CUDA)` / ` (CPU)` after an observed verdict; nothing for one that observed nothing."""
+def build_mark(cell: dict, form: str = " ({})") -> str:
+    """The build after an observed verdict, in `form` (` (CUDA)` in Markdown, ` · CUDA` on the page); nothing for
+    a verdict that observed nothing."""
     if cell["verdict"] in (NOT_OBSERVED, NOT_RUNNABLE, NOT_ON_CPU):
         return ""
-    return f" ({BUILD_WORD.get(cell.get('build', CPU), cell.get('build'))})"
+    return form.format(BUILD_WORD.get(cell.get("build", CPU), cell.get("build")))
 
 
 def label(cell: dict) -> str:

@@ -82,7 +82,7 @@ def _clients(m: dict) -> dict | None:
             color, glyph, word = CLIENT_STYLE[cell["verdict"]]
             word += (": " + ", ".join(cell["models"])) if cell.get("models") else ""
             word += "" if cell.get("complete", True) else " (incomplete)"
-            word += build_mark(cell).replace(" (", " · ").rstrip(")")  # "works · CUDA": narrow enough for 1,440 px
+            word += build_mark(cell, " · {}")  # "works · CUDA": narrow enough for 1,440 px
             cells.append({"release": ver, "verdict": cell["verdict"], "color": color, "glyph": glyph, "word": word,
                           "evidence": evidence(_client_detail(cell))})
         rows.append({"version": c["version"], "status": c["status"], "cells": cells})
