@@ -106,7 +106,8 @@ def _compare(theirs, ours, native: list[int], ours_ids: list[int], prompts, dtyp
            "returned_key": sorted({next((k for k in ("hidden_states_path", "handle") if k in t.kv_transfer_params), "?")
                                    if t.kv_transfer_params is not None else "not returned by this release"
                                    for t in theirs}),
-           "layout": theirs[0].layout if theirs else None}
+           "layout": theirs[0].layout if theirs else None,
+           "reader": sorted({t.reader for t in theirs})}
     per_id = {}
     ours = [{"hidden_states": o["hidden_states"][:len(native)]} for o in ours]
     for i, j in enumerate(native):
@@ -135,6 +136,7 @@ def run(name: str, *, clients: tuple[str, ...] = CLIENTS, dtype: str = "float32"
     (or why not); `clients[version]` each release's result; the top level the last-layer finding."""
     from harness import models
     from harness.contracts import mla
+    from harness.clients.declared import transformers_finding
     from harness.clients.vllm_client import extract
     from harness.clients.server import ServerError, VllmServer
     from harness.prompts import random_prompts
@@ -200,6 +202,7 @@ def run(name: str, *, clients: tuple[str, ...] = CLIENTS, dtype: str = "float32"
             rep["clients"][version] = {"agrees": False, "verdict": f"{CLIENT_FAILS}: {got}", "error": str(got)}
             continue
         res = _compare(got, ours, native, ours_ids, prompts, dtype, n)
+        res["transformers"] = transformers_finding(version)
         if "failure" in rep:
             # The launcher asks for id n by default (--include-last-layer): a release whose default request kills
             # the engine does not work here, however well the other ids agree.
@@ -232,6 +235,11 @@ def markdown(rep: dict) -> str:
             f" (bound: {c['tolerance']}); prompt ids echoed: {c['token_ids_echoed']}; key returned: "
             f"{c['returned_key']}; waited on a lock: {c['waited_on_lock']}; lock left behind: {c['lock_left_behind']}"
             if "tolerance" in c else ""), ""]
+        if c.get("reader"):
+            t = c.get("transformers", {})
+            lines += [f"Read by: {', '.join(c['reader'])}. transformers: declared {t.get('declared')}, this run had "
+                      f"{t.get('installed')} ({'inside' if t.get('inside') else 'outside'} the range; imported by the "
+                      f"client path: {'yes' if t.get('imported_by_client_path') else 'no'})", ""]
         if c.get("per_native_id"):
             lines += ["| native id | speculators id | max abs diff | relative |", "|---|---|---|---|"]
             lines += [f"| {j} | {v['speculators_id']} | {v['max_abs_diff']:.3g} | {v['rel_diff']:.3g} |"

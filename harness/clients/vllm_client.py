@@ -9,7 +9,8 @@ Per prompt the client sends `/v1/completions` with the token ids, `max_tokens=1`
 checks that the echoed `prompt_token_ids` equal the prompt, and returns the file vLLM's connector wrote
 (`kv_transfer_params["hidden_states_path"]`, from 0.8 also `["handle"]`); from 0.6 the client's own
 `wait_for_lock` waits for the asynchronous writer's `<file>.lock`, as its training loader does (0.5 has no lock
-protocol: it reads the file as soon as the response returns). The file holds `hidden_states`
+protocol: it reads the file as soon as the response returns); a release that pins hs-connectors (0.8+) reads the
+file through that hs-connectors' reader (harness.clients.declared). The file holds `hidden_states`
 [tokens, layers, hidden] and `token_ids`.
 
 The releases call `generate_hidden_states` differently (0.5: the token ids; 0.6+: an item `{"input_ids": ...}`;
@@ -123,6 +124,7 @@ class ServerExport:
     waited_on_lock: bool
     layout: dict
     lock_left: bool = False
+    reader: str = ""
 
 
 def extract(server, prompts: list[list[int]], *, version: str = "0.9.0", timeout_s: float = 120.0) -> list[ServerExport]:
@@ -130,9 +132,14 @@ def extract(server, prompts: list[list[int]], *, version: str = "0.9.0", timeout
     read each file back as that release does; a server that dies meanwhile is named
     (harness.clients.server.ServerDied)."""
     import openai
-    from safetensors.torch import load_file
+
+    from harness.clients.declared import connectors_pin, reader
 
     api = ClientApi.of(load_client(version))
+    # Read as the release's training loader reads: through its declared hs-connectors where it pins one (which
+    # waits on the lock itself), else the client module's own lock wait and a safetensors read.
+    label, read = reader(version)
+    by_connectors = connectors_pin(version) is not None
     client = openai.Client(base_url=server.base_url + "/v1", api_key="EMPTY", max_retries=0)
     engine_ids = sorted(set(server.native_ids))
     out = []
@@ -154,14 +161,14 @@ def extract(server, prompts: list[list[int]], *, version: str = "0.9.0", timeout
                               f"{os.path.basename(handle)} behind {os.path.basename(lock)} (there when the response "
                               "returned): the client reads while the writer may still be writing")
         waited = api.waits_on_locks and os.path.exists(lock)
-        if waited:
+        if waited and not by_connectors:
             api.module.wait_for_lock(lock, timeout=timeout_s)
-        if not os.path.exists(handle):  # the writer let go (or never started) without writing: its error is logged
+        data = read(handle, params) if by_connectors or os.path.exists(handle) else None
+        if data is None:  # the writer let go (or never started) without writing: its error is logged
             server.check_alive(f"the write for prompt {i}")
             raise ServerError(f"the connector returned {os.path.basename(handle)} for prompt {i}"
                               + (" and released its lock" if waited else "") + " but never wrote it; the server's log "
                               f"says: {server.root_cause()}")
-        data = load_file(handle, device="cpu")
         layout = layout_of(data)
         os.remove(handle)
         lock_left = os.path.exists(lock)
@@ -169,5 +176,5 @@ def extract(server, prompts: list[list[int]], *, version: str = "0.9.0", timeout
             os.remove(lock)  # the harness tidies up after a client that does not
         per_layer = layers_asked(data, handle, engine_ids, server.native_ids, tokens=len(prompt))
         out.append(ServerExport(per_layer, [int(t) for t in data["token_ids"].tolist()], handle, params, waited,
-                                layout, lock_left))
+                                layout, lock_left, label))
     return out

@@ -5,8 +5,10 @@ suites/clients/test_server.py loads it)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
+import time
 
 import pytest
 
@@ -53,3 +55,58 @@ def test_hs_connectors_surface_fixture_is_what_its_source_says():
             "vllm.v1.kv_cache_interface:HiddenStateCacheSpec"} <= imports
     fp8 = committed["modules"]["hs_connectors.fp8_hidden_states_connector"]["classes"]["FP8HiddenStatesConnector"]
     assert "_write_tensors" in fp8["methods"] and fp8["bases"] == ["_eh_mod.ExampleHiddenStatesConnector"]
+
+
+@pytest.mark.parametrize("version, label", [("0.6.0", "safetensors load_file"),
+                                            ("0.8.0", "hs-connectors 0.8.0 FileTransfer.get_generated(handle)"),
+                                            ("0.9.0", "hs-connectors 0.9.0 FileTransfer.get_generated(hs_transfer_params)")])
+def test_a_release_reads_through_the_hs_connectors_it_pins_and_waits_on_the_writers_lock(tmp_path, version, label):
+    """The reader is the pinned hs-connectors' own FileTransfer (imported from that release's wheel, not whatever is
+    installed), called as its signature asks; it waits while the writer holds `<file>.lock` and reads what the writer
+    wrote after letting go. 0.6.0 pins none: a plain read (the client module waits on the lock, not the reader)."""
+    import fcntl
+    import threading
+
+    import torch
+    from safetensors.torch import save_file
+
+    from harness.clients import declared
+
+    got_label, read = declared.reader(version)
+    assert got_label.startswith(label)
+    handle = str(tmp_path / "req-0.safetensors")
+    if version == "0.6.0":
+        save_file({"token_ids": torch.arange(3)}, handle)
+        assert read(handle, None)["token_ids"].tolist() == [0, 1, 2]
+        return
+    assert sys.modules["hs_connectors.transfer"].__file__.startswith(
+        str(declared.wheel_tree("hs-connectors", version)))
+    fd = os.open(handle + ".lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    save_file({"token_ids": torch.zeros(3, dtype=torch.int64)}, handle)
+
+    def writer_finishes():
+        time.sleep(0.5)
+        save_file({"token_ids": torch.arange(3)}, handle)
+        os.close(fd)  # lets go of the lock
+
+    t = threading.Thread(target=writer_finishes)
+    t.start()
+    try:
+        data = read(handle, {"hidden_states_path": handle})
+    finally:
+        t.join()
+    assert data["token_ids"].tolist() == [0, 1, 2] and not os.path.exists(handle + ".lock")
+
+
+def test_declared_requirements_are_the_wheels_own():
+    """hs-connectors and the transformers range come from each wheel's METADATA: 0.8.0 pins hs-connectors 0.8.0,
+    0.9.0 pins 0.9.0, 0.5.0 none; the client path (vllm_client.py, hs-connectors' transfer) imports no transformers."""
+    from harness.clients import declared
+
+    assert [declared.connectors_pin(v) for v in ("0.5.0", "0.8.0", "0.9.0")] == [None, "0.8.0", "0.9.0"]
+    assert declared.requirements("0.8.0")["transformers"] == "<5.17.0,>=5.0.0"
+    found = declared.transformers_finding("0.9.0")
+    assert found["declared"] == "<=5.19.0,>=5.0.0" and found["imported_by_client_path"] is False
+    if found["installed"] and found["installed"].startswith("4."):  # the unit env's transformers: below the range
+        assert found["inside"] is False
