@@ -101,7 +101,10 @@ def plain_engine(path, dtype: str, max_model_len: int, *, language_model_only: b
     from vllm import EngineArgs
 
     from harness.runtime.generator import attention_backend_kwargs, text_only_kwargs
+    from harness.runtime.inputs import load_format_of
 
+    if load_format_of(path):
+        kwargs.setdefault("load_format", load_format_of(path))
     if language_model_only:
         kwargs.update(text_only_kwargs(EngineArgs))
     if attention_backend:

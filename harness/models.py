@@ -236,13 +236,10 @@ def fixture_files(fixture: dict) -> list[Path]:
     return sorted(p for p in (MODELS_FIXTURES / folder).iterdir() if p.is_file()) if folder else []
 
 
-def _build_into(dest: Path, fixture: dict, layout: list) -> str:
-    import torch
-    from safetensors.torch import save_file
-
+def write_config_folder(dest: Path, fixture: dict) -> None:
+    """Everything of a checkpoint folder but its weights: config.json, generation_config.json, the tokenizer and the
+    files the fixture ships (a folder with no weights is loaded by harness.gpu.seeded_loader)."""
     cfg = copy.deepcopy(fixture["hf_config"])
-    tensors = _draw_all(layout, fixture["seed"], fixture.get("store_dtype"))
-    save_file(tensors, str(dest / "model.safetensors"), metadata={"format": "pt"})
     (dest / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     text = cfg.get("text_config", cfg)
     gen = {"bos_token_id": text.get("bos_token_id", 1), "eos_token_id": text.get("eos_token_id", 2)}
@@ -250,6 +247,15 @@ def _build_into(dest: Path, fixture: dict, layout: list) -> str:
     _write_tokenizer(dest, int(text.get("max_position_embeddings", 2048)))
     for f in fixture_files(fixture):
         shutil.copyfile(f, dest / f.name)
+
+
+def _build_into(dest: Path, fixture: dict, layout: list) -> str:
+    import torch
+    from safetensors.torch import save_file
+
+    tensors = _draw_all(layout, fixture["seed"], fixture.get("store_dtype"))
+    save_file(tensors, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    write_config_folder(dest, fixture)
     digest = hashlib.sha256()
     for name in sorted(tensors):
         digest.update(name.encode())

@@ -184,7 +184,17 @@ SAMPLE = 2**20
 
 
 def weights_identity(model_path: str | Path) -> dict:
-    """What identifies a checkpoint's weights, independent of the folder's name or location."""
+    """What identifies a checkpoint's weights, independent of the folder's name or location. A folder without
+    weights on disk (harness.runtime.inputs.SEEDED_MARKER) is identified by its marker and the seeding code."""
+    from harness.runtime.inputs import SEEDED_MARKER
+
+    marker = Path(model_path) / SEEDED_MARKER
+    if marker.is_file():
+        from harness.gpu import seeded_loader
+
+        h = hashlib.sha256(marker.read_bytes() + Path(seeded_loader.__file__).read_bytes())
+        return {"sha256": h.hexdigest(), "method": f"no files: {SEEDED_MARKER} and the seeding code", "files": 0,
+                "bytes": 0}
     files = sorted(Path(model_path).glob("*.safetensors")) or sorted(Path(model_path).glob("*.bin"))
     total = sum(f.stat().st_size for f in files)
     full = total <= FULL_HASH_LIMIT
@@ -261,3 +271,31 @@ def asdict_config(cfg: TierConfig) -> dict:
     out["prompts_file"] = shown(cfg.prompts_file)
     out["report_dir"] = shown(cfg.report_dir)
     return out
+
+
+def moe_methods(worker) -> dict:
+    """(Runs on a worker.) Per quantization-method class of the loaded model's MoE layers: how many layers use it and
+    its kernel-choosing attributes (names with kernel/backend/marlin/experts; objects by their class name)."""
+    runner = worker.model_runner
+    model = runner.get_model() if hasattr(runner, "get_model") else runner.model
+    found: dict = {}
+    for module in model.modules():
+        qm = getattr(module, "quant_method", None)
+        if qm is None or not hasattr(module, "moe_config"):
+            continue
+        entry = found.setdefault(type(qm).__name__, {"layers": 0, "attributes": {}})
+        entry["layers"] += 1
+        for k, v in vars(qm).items():
+            if not any(s in k.lower() for s in ("kernel", "backend", "marlin", "experts")):
+                continue
+            entry["attributes"][k] = v if isinstance(v, (str, bool, int, float)) or v is None else (
+                str(v) if hasattr(v, "name") and not callable(v) else type(v).__name__)
+    return found
+
+
+def moe_methods_of(generator) -> dict:
+    """`moe_methods` of rank 0's model, or {"error": ...} where the worker could not say."""
+    try:
+        return generator.real_executor.collective_rpc("_harness_call", args=(moe_methods,))[0]
+    except Exception as e:  # noqa: BLE001 - recorded in the report, never fatal to the tier
+        return {"error": f"{type(e).__name__}: {e}"[:300]}

@@ -54,6 +54,10 @@ def markdown(rep: dict) -> str:
                   f"{t['extract_tokens_per_s']:.0f} tok/s (MFU {t['extract_mfu']:.1%} a GPU): {t['verdict']}. "
                   f"MFU: harness.gpu.flops ({t['flop_model']['params_active_per_token'] / 1e9:.2f}B active parameters a "
                   f"token, {t['peak_flops'] / 1e12:.0f} TFLOP/s a GPU)."]
+    if rep.get("moe_methods"):
+        lines += ["", "MoE layers' quantization method (rank 0): " + "; ".join(
+            f"{name}: {m['layers']} layers ({', '.join(f'{k}={v}' for k, v in m['attributes'].items()) or 'no kernel attributes'})"
+            if isinstance(m, dict) else f"{name}: {m}" for name, m in rep["moe_methods"].items()) + "."]
     if rep.get("peak_memory_bytes_per_rank"):
         lines.append("Peak GPU memory per rank (torch allocated): " + ", ".join(
             f"{b / 2**30:.2f} GiB" for b in rep["peak_memory_bytes_per_rank"] if b is not None))

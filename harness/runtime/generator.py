@@ -16,6 +16,7 @@ version string. Around it the harness adds what a user can rely on:
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import time
 import weakref
@@ -29,7 +30,7 @@ from harness.contracts.base import Attach
 from harness.runtime import fast_path, transport, zmq_contexts
 from harness.runtime.executor_view import ExecutorView
 from harness.runtime.inputs import (HarnessInputError, check_weights, checked_layer_ids, checked_prompts,
-                                   read_model_config, text_config)
+                                   load_format_of, read_model_config, text_config)
 from harness.runtime.namespace import rebind
 
 WORKER_EXTENSION = "harness.runtime.worker.HarnessWorkerExtension"
@@ -72,6 +73,8 @@ class Options:
     language_model_only: bool = False
     #: Attention backend name (e.g. TRITON_ATTN, TRITON_MLA), where the platform's default cannot run.
     attention_backend: str | None = None
+    #: vLLM's load format, where the checkpoint folder names one (harness.runtime.inputs.load_format_of).
+    load_format: str | None = None
 
 
 def options_for(model, **overrides) -> Options:
@@ -110,6 +113,10 @@ def overrides(state: ShimState, options: Options = Options()) -> dict[str, Any]:
     def VllmConfig(**kwargs):  # noqa: N802
         if options.attention_backend:
             kwargs.update(attention_backend_kwargs(options.attention_backend))
+        if options.load_format:
+            from vllm.config import LoadConfig
+
+            kwargs["load_config"] = LoadConfig(load_format=options.load_format)
         cfg = real_vllm_config(**kwargs)
         state.vllm_config = cfg
         return cfg
@@ -203,6 +210,8 @@ class HarnessGenerator:
         self.hidden_size = int(cfg["hidden_size"])
         layer_ids = checked_layer_ids(layer_ids, self.num_layers)
         check_weights(model_path)
+        if options.load_format is None and load_format_of(model_path):
+            options = dataclasses.replace(options, load_format=load_format_of(model_path))
         _check_devices(tensor_parallel_size)
         self.state = ShimState(disabled=frozenset(disable), rpc_timeout_s=rpc_timeout_s)
         self._finalizer = weakref.finalize(self, _shutdown_all, self.state)

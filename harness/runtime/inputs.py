@@ -37,12 +37,31 @@ def read_model_config(model_path: str | os.PathLike) -> dict:
 
 #: What vLLM's default loader reads from a checkpoint folder (safetensors first, then PyTorch's formats).
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt")
+#: A folder with this file beside its config has no weights on disk: vLLM loads it with the load format the file
+#: names (harness.gpu.seeded_loader's seeded weights), e.g. Kimi-K2.5 at full depth, too large to write out.
+SEEDED_MARKER = "harness-seeded.json"
+
+
+def load_format_of(model_path: str | os.PathLike) -> str | None:
+    """The load format a folder's SEEDED_MARKER names, or None for a checkpoint with weights on disk."""
+    marker = Path(model_path) / SEEDED_MARKER
+    if not marker.is_file():
+        return None
+    try:
+        fmt = json.loads(marker.read_text()).get("load_format")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+        raise HarnessInputError(f"{marker} is not a JSON object naming a load_format: {e}") from None
+    if not isinstance(fmt, str) or not fmt:
+        raise HarnessInputError(f"{marker} names no load_format")
+    return fmt
 
 
 def check_weights(model_path: str | os.PathLike) -> None:
     """A folder with a config but no weights fails only inside the worker, after ~30 s, as a generic start-up
     error whose cause is in the worker's log: refuse it here, in one line."""
     path = Path(model_path)
+    if load_format_of(path):
+        return
     if not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
         raise HarnessInputError(f"model path {str(path)!r} has a config.json but no weights "
                                 f"({', '.join(WEIGHT_PATTERNS)}): nothing for vLLM to load")

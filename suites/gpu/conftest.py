@@ -105,6 +105,7 @@ def tier(request):
     run.facts["generator_start_s"] = round(time.perf_counter() - t0, 2)
     run.facts["layer_ids"] = run.generator.layer_ids
     run.facts["engaged_shims"] = run.generator.engaged_shims()
+    run.facts["moe_methods"] = gpu_tier.moe_methods_of(run.generator)
     try:
         yield run
     finally:

@@ -1,0 +1,94 @@
+"""Kimi-K2.5 as released without weights on disk: the config folder harness.gpu.kimi_int4 writes, the marker that
+makes the generator and plain vLLM use the seeded loader, and the loader's integer fill (its GPU run is the tier's
+report under reports/gpu/)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from harness.gpu import kimi_int4, seeded_loader
+from harness.runtime.inputs import HarnessInputError, SEEDED_MARKER, check_weights, load_format_of
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_folder_is_the_released_shape_with_int4_experts_and_no_weights(tmp_path):
+    path = kimi_int4.folder(3, root=tmp_path)
+    cfg = json.loads((path / "config.json").read_text())
+    text = cfg["text_config"]
+    assert cfg["architectures"] == ["KimiK25ForConditionalGeneration"] and text["num_hidden_layers"] == 3
+    assert (text["hidden_size"], text["n_routed_experts"], text["num_experts_per_tok"], text["vocab_size"]) == (
+        7168, 384, 8, 163840)
+    weights = text["quantization_config"]["config_groups"]["group_0"]["weights"]
+    assert (weights["num_bits"], weights["group_size"], weights["symmetric"]) == (4, 32, True)
+    assert text["quantization_config"]["format"] == "pack-quantized"
+    assert not list(path.glob("*.safetensors")) and load_format_of(path) == seeded_loader.LOAD_FORMAT
+    check_weights(path)  # accepted: the marker stands for the weights
+    assert kimi_int4.folder(3, root=tmp_path) == path  # written once, keyed by content
+    assert kimi_int4.folder(61, root=tmp_path) != path
+
+
+def test_a_folder_without_weights_or_marker_is_refused_and_a_bad_marker_is_named(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(HarnessInputError, match="no weights"):
+        check_weights(tmp_path)
+    (tmp_path / SEEDED_MARKER).write_text("[1]")
+    with pytest.raises(HarnessInputError, match=SEEDED_MARKER):
+        load_format_of(tmp_path)
+
+
+@pytest.mark.parametrize("layers", ["1", "62"])
+def test_a_depth_outside_the_release_is_one_line_and_exit_2(tmp_path, layers, capsys):
+    assert kimi_int4.main(["--layers", layers, "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "layers must be 2..61" in err[0] and not list(tmp_path.iterdir())
+
+
+def test_packed_integers_are_seeded_by_name_and_other_integers_zeroed():
+    """The fill the loader adds to vLLM's dummy one: the same name gives the same values in a fresh module, another
+    name others; all 16 nibble codes occur; floats are left to vLLM; other integer tensors become zero."""
+    torch = pytest.importorskip("torch")
+
+    def module():
+        m = torch.nn.Module()
+        m.w13_weight_packed = torch.nn.Parameter(torch.empty(4, 64, dtype=torch.int32), requires_grad=False)
+        m.w2_weight_packed = torch.nn.Parameter(torch.empty(4, 64, dtype=torch.int32), requires_grad=False)
+        m.w2_weight_shape = torch.nn.Parameter(torch.full((4, 2), 7, dtype=torch.int32), requires_grad=False)
+        m.w2_weight_scale = torch.nn.Parameter(torch.full((4, 2), 0.5), requires_grad=False)
+        return m
+
+    a, b = module(), module()
+    assert seeded_loader.fill_integers(a) == {"packed": 2, "zeroed": 1}
+    seeded_loader.fill_integers(b)
+    assert torch.equal(a.w13_weight_packed, b.w13_weight_packed)
+    assert not torch.equal(a.w13_weight_packed, a.w2_weight_packed)
+    nibbles = {int(x) for x in ((a.w13_weight_packed.view(-1, 1) >> torch.arange(0, 32, 4)) & 0xF).view(-1)}
+    assert nibbles == set(range(16))
+    assert int(a.w2_weight_shape.abs().sum()) == 0 and float(a.w2_weight_scale.min()) == 0.5
+
+
+def test_the_entry_point_is_the_one_pyproject_declares_and_a_checkout_can_expose_it(tmp_path):
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    group, name, target = seeded_loader.ENTRY_POINT
+    assert declared[group][name] == target
+    seeded_loader.write_entry_point(tmp_path)
+    code = ("from importlib.metadata import entry_points; "
+            f"print([e.value for e in entry_points(group={group!r}) if e.name == {name!r}])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)}).stdout
+    assert target in out
+
+
+def test_a_seeded_folder_has_an_identity_for_the_drift_baseline(tmp_path):
+    from harness.gpu import tier
+
+    ident = tier.weights_identity(kimi_int4.folder(3, root=tmp_path))
+    assert ident["files"] == 0 and SEEDED_MARKER in ident["method"]
+    assert ident["sha256"] != tier.weights_identity(kimi_int4.folder(4, root=tmp_path))["sha256"]
