@@ -17,13 +17,26 @@ import tempfile
 from pathlib import Path
 
 from harness.cli_text import EXIT_CODES, INTERNAL, NEEDS, version as harness_version
-from harness.paths import CHECKOUT, REPO_ROOT, REPORTS, SUITES
+from harness.paths import CHECKOUT, REPO_ROOT, REPORTS, SUITES, SUITES_BASE
 
 CPU_SUITES = SUITES["cpu"]
 #: The matrix's quick run: every contract probe, the end-to-end checks, the native-export cross-check and the
 #: client axis; no shim proofs, no bad input.
 QUICK_SUITES = ("suites/contracts/test_contracts.py", "suites/e2e", "suites/native", "suites/clients")
-NO_SUITES = "the suites run from a checkout (git clone; tox -e vllm016); installed, the harness gates and reports"
+NO_SUITES = ("no suites beside this harness (a wheel built without them?): reinstall speculators-vllm-harness, or run "
+             "from a checkout (git clone; tox -e vllm016)")
+
+
+def suite_args(paths) -> list[str] | None:
+    """pytest's arguments for `paths` (relative to SUITES_BASE: `suites/...`), or None where the suites are missing.
+    Installed, the package is the root and no configuration file of the working directory is read (the suites'
+    plugin registers their markers), so a test's id and the report are the checkout's."""
+    if not (SUITES_BASE / "suites" / "conftest.py").is_file():
+        return None
+    argv = [str(SUITES_BASE / p) for p in paths]
+    if not CHECKOUT:
+        argv += ["--rootdir", str(SUITES_BASE), "-c", os.devnull, "-ra", "--strict-markers"]
+    return argv
 
 
 def _fail(message: str) -> int:
@@ -101,9 +114,9 @@ def cmd_run(args) -> int:
     except ValueError as e:
         return _fail(str(e))
     os.environ["HARNESS_JOBS"] = "1"  # the runs this run's own tests start (bad input) are one process each
-    if not CHECKOUT:
+    argv = suite_args(args.suites or (QUICK_SUITES if args.quick else CPU_SUITES))
+    if argv is None:
         return _fail(NO_SUITES)
-    argv = [str(REPO_ROOT / s) for s in (args.suites or (QUICK_SUITES if args.quick else CPU_SUITES))]
     argv += ["--harness-env", args.env, "-p", "no:cacheprovider", *parallel.pytest_args(workers), *args.pytest_args]
     rc = int(pytest.main(argv))
     from harness.testing.collector import COLLECTOR
@@ -150,9 +163,10 @@ def cmd_gpu_nightly(args) -> int:
 
     from harness.gpu import tier as gpu_tier
 
-    if not CHECKOUT:
+    argv = suite_args(["suites/gpu"])
+    if argv is None:
         return _fail(NO_SUITES)
-    argv = [str(REPO_ROOT / "suites" / "gpu"), "-m", "gpu", "-p", "no:cacheprovider", "--harness-env", args.env,
+    argv += ["-m", "gpu", "-p", "no:cacheprovider", "--harness-env", args.env,
             "--model-path", args.model_path, "--tp", str(args.tp), "--dtype", args.dtype,
             "--gpu-report-dir", args.report_dir]
     for flag, value in (("--layer-ids", args.layer_ids), ("--attention-backend", args.attention_backend),

@@ -18,6 +18,9 @@ REPO_ROOT = SOURCE_ROOT if CHECKOUT else Path.cwd()
 FIXTURES = SOURCE_ROOT / "fixtures" if CHECKOUT else PACKAGE / "_fixtures"
 REPORTS = REPO_ROOT / "reports"
 CACHE = REPO_ROOT / ".cache"
-#: The suites a complete run covers, per kind, in the order a CPU run takes them (relative to the checkout).
+#: What the suites' paths are relative to: the checkout, or, installed, the package (the wheel ships suites/ as
+#: harness/suites, so a test's id reads `suites/e2e/...` either way and the suites' conftest is a top-level one).
+SUITES_BASE = SOURCE_ROOT if CHECKOUT else PACKAGE
+#: The suites a complete run covers, per kind, in the order a CPU run takes them (relative to SUITES_BASE).
 SUITES = {"cpu": ("suites/contracts", "suites/e2e", "suites/native", "suites/clients", "suites/bad_input"),
           "gpu": ("suites/gpu",)}

@@ -136,7 +136,16 @@ SCRIPT = ("function f(){var m=document.getElementById('model').value,"
           "var b=c.closest('.scroll');if(!b){c.scrollIntoView({block:'center',inline:'center'});return;}"
           "b.scrollIntoView({block:'start'});var br=b.getBoundingClientRect(),cr=c.getBoundingClientRect();"
           "b.scrollLeft+=cr.left-br.left-(b.clientWidth-cr.width)/2;b.scrollTop+=cr.top-br.top-b.clientHeight/2;}"
-          "window.onhashchange=g;g();window.addEventListener('load',function(){setTimeout(g,0);});")
+          "window.onhashchange=g;"
+          # The release picker shows one speculators release's column (every vLLM build down the side); a window
+          # narrower than the whole table starts on the newest release, and a link to a cell on its release.
+          "var rs=document.getElementById('release');function h(){var v=rs.value;"
+          "document.querySelectorAll('#clients [data-release]').forEach(function(x){"
+          "x.style.display=(v==='all'||x.dataset.release===v)?'':'none';});}"
+          "if(rs){rs.onchange=h;var t=document.getElementById('clients'),"
+          "k=decodeURIComponent(location.hash.slice(1)).match(/^client([^@]+)@/);"
+          "if(k){rs.value=k[1];}else if(t&&t.scrollWidth>window.innerWidth){rs.value=rs.options[rs.options.length-1].value;}h();}"
+          "g();window.addEventListener('load',function(){setTimeout(g,0);});")
 
 
 def _detail(cell: dict) -> str:

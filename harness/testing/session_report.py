@@ -127,11 +127,11 @@ def pytest_xdist_node_collection_finished(node, ids):
 
 
 def suite_files() -> dict[str, list[str]]:
-    """The test files of each complete run (harness.paths.SUITES), relative to the checkout: a run that leaves any
+    """The test files of each complete run (harness.paths.SUITES), relative to harness.paths.SUITES_BASE: a run that leaves any
     of them out is a subset."""
-    from harness.paths import REPO_ROOT, SUITES
+    from harness.paths import SUITES, SUITES_BASE
 
-    return {kind: sorted(str(p.relative_to(REPO_ROOT)) for d in dirs for p in (REPO_ROOT / d).rglob("test_*.py"))
+    return {kind: sorted(str(p.relative_to(SUITES_BASE)) for d in dirs for p in (SUITES_BASE / d).rglob("test_*.py"))
             for kind, dirs in SUITES.items()}
 
 

