@@ -198,8 +198,11 @@ def _verdict_text(cell: dict) -> str:
 #: rewrites it; a unit test holds the committed README to the committed matrix).
 ANSWER_BEGIN = "<!-- answer: generated from reports/matrix.json by `python -m harness matrix`; do not edit -->"
 ANSWER_END = "<!-- end of answer -->"
-WORD = {WORKS: "works", SHIMMED: "shims", PARTIAL: "partial", BROKEN: "**broken**", NOT_RUNNABLE: "—",
-        NOT_ON_CPU: "not on the CPU build", NOT_OBSERVED: "not observed"}
+#: One label per verdict, shared by the README's table (the word; "broken" in bold), the page (glyph and word) and
+#: the docs that explain them.
+LABELS = {WORKS: ("✓", "works"), SHIMMED: ("✓", "shims"), PARTIAL: ("◐", "partial"), BROKEN: ("✗", "broken"),
+          NOT_RUNNABLE: ("—", "no path"), NOT_ON_CPU: ("–", "not on the CPU build"), NOT_OBSERVED: ("?", "not observed")}
+WORD = {verdict: f"**{word}**" if verdict == BROKEN else word for verdict, (_, word) in LABELS.items()}
 
 
 #: How a "not runnable" reason starts when the vLLM has the path but the build the harness made cannot run it

@@ -52,10 +52,18 @@ def verdicts(m: dict) -> dict[str, str]:
 
 
 #: The answer table's cells: colour, glyph and word per client verdict.
-CLIENT_STYLE = {"works natively": (OK, "✓", "works"), "works with our shims": (SHIM, "✓", "shims"),
-                "partial": (PART, "◐", "partial"), "broken": (BAD, "✗", "broken"),
-                "not runnable here": (NOPE, "–", "not runnable"), "not on the CPU build": (NOPE, "–", "not on the CPU build"),
-                "not observed": (UNSEEN, "?", "not observed")}
+CLIENT_COLORS = {"works natively": OK, "works with our shims": SHIM, "partial": PART, "broken": BAD,
+                 "not runnable here": NOPE, "not on the CPU build": NOPE, "not observed": UNSEEN}
+
+
+def _client_style() -> dict:
+    """{verdict: (colour, glyph, word)}: the labels are the README's (harness.reporting.client_axis.LABELS)."""
+    from harness.reporting.client_axis import LABELS
+
+    return {v: (color, *LABELS[v]) for v, color in CLIENT_COLORS.items()}
+
+
+CLIENT_STYLE = _client_style()
 #: What vLLM and CUDA append to every error, which says nothing about the cell.
 BOILERPLATE = re.compile(r"(CUDA kernel errors might be asynchronously reported[^|]*|For debugging consider passing "
                          r"CUDA_LAUNCH_BLOCKING=1[^|]*|Compile with `?TORCH_USE_CUDA_DSA`?[^|]*|Search for `\w+' in "
