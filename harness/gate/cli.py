@@ -281,6 +281,13 @@ def _checked_input(args) -> tuple:
         sources.timeout_s()
     except (sources.VersionNotFound, sources.BadSetting) as exc:
         raise InputRefused(str(exc)) from None
+    if getattr(args, "allowlist", None):  # the team's allow-list: read now, so a bad one is refused, not undecided
+        from harness.gate import allowlist
+
+        try:
+            allowlist.load(Path(args.allowlist))
+        except allowlist.AllowlistError as exc:
+            raise InputRefused(str(exc)) from None
     checkpoint = None
     if args.model_config:
         path = Path(args.model_config)

@@ -87,3 +87,18 @@ def test_a_pull_request_is_judged_from_the_base_pin_with_an_annotation_on_the_lo
     out = dict(line.split("=", 1) for line in (root / "output").read_text().splitlines())
     assert (out["from"], out["to"], out["verdict"]) == (OLD, NEW, report["verdict"])
     assert f"file=uv.lock,line=6,title=speculators x vLLM gate::{report['verdict']}: vLLM {OLD} -> {NEW}" in step.stdout
+
+
+def test_the_team_s_allow_list_and_index_reach_the_gate(job):
+    """The inputs the action and the workflow take beside the pins (allow-list, model config, package index) are
+    the gate's: an allow-list that is not there is the gate's own one-line refusal, in the outputs too; an index that
+    does not answer is named where the candidate has to be looked up there."""
+    root = job[0]
+    (root / "output").write_text("")
+    step = run_step(job, GATE_LOCK_FILE="uv.lock", GATE_TO=NEW, GATE_ALLOWLIST="team-allowlist.toml")
+    out = dict(line.split("=", 1) for line in (root / "output").read_text().splitlines())
+    assert step.returncode == 2 and out["verdict"] == "REFUSED" and "team-allowlist.toml" in out["reason"], step.stderr
+    (root / "output").write_text("")
+    step = run_step(job, GATE_LOCK_FILE="uv.lock", GATE_INDEX_URL="http://127.0.0.1:9/simple")
+    out = dict(line.split("=", 1) for line in (root / "output").read_text().splitlines())
+    assert step.returncode == 2 and "127.0.0.1:9" in (out.get("reason", "") + step.stderr), step.stderr[-1500:]

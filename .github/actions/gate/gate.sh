@@ -11,6 +11,9 @@
 #   GATE_FROM       the vLLM the team runs now (instead of a lock file)
 #   GATE_TO         the candidate (a version, wheel, sdist, folder or index URL; default the newest release)
 #   GATE_CLIENT     speculators==X.Y.Z to gate that client's path over vllm serve (default: 0.3.0's generator)
+#   GATE_ALLOWLIST  the team's allow-list TOML (default: the harness's fixtures/gate/allowlist.toml)
+#   GATE_MODEL_CONFIG  the target checkpoint's config.json: decides the findings that depend on the model
+#   GATE_INDEX_URL  the simple index vLLM is read from (default: PyPI, or what uv/pip are configured with)
 #   GATE_JSON       where the JSON report goes (default $RUNNER_TEMP/gate.json)
 #   HARNESS_VENV    the virtual environment to use or create (default $RUNNER_TEMP/harness-gate-venv)
 set -euo pipefail
@@ -27,6 +30,7 @@ if [ ! -x "$venv/bin/harness" ]; then
   fi
 fi
 py="$venv/bin/python"
+[ -z "${GATE_INDEX_URL:-}" ] || export HARNESS_PYPI_URL="$GATE_INDEX_URL"  # every lookup of vLLM below reads it
 artifact() {  # a name for the report's artifact that two calls with other inputs do not share
   printf 'gate-report-%s-%s%s' "${from:-lock}" "${to:-newest}" "${GATE_CLIENT:+-$GATE_CLIENT}" | tr -c 'A-Za-z0-9._=+-' '_'
 }
@@ -63,6 +67,8 @@ elif [ -z "${GATE_FROM:-}" ]; then
   args+=(--lockfile "$GATE_LOCK_FILE")
 fi
 [ -z "${GATE_CLIENT:-}" ] || args+=(--client "$GATE_CLIENT")
+[ -z "${GATE_ALLOWLIST:-}" ] || args+=(--allowlist "$GATE_ALLOWLIST")
+[ -z "${GATE_MODEL_CONFIG:-}" ] || args+=(--model-config "$GATE_MODEL_CONFIG")
 [ -z "${GITHUB_STEP_SUMMARY:-}" ] || args+=(--summary "$GITHUB_STEP_SUMMARY")
 echo "gate: vLLM $from -> $to${GATE_CLIENT:+ ($GATE_CLIENT)}"
 rc=0
