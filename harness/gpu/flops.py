@@ -79,9 +79,33 @@ def flop_model(config: dict, tensors: list[tuple[str, tuple, str]]) -> dict:
             "qk_dim": qk, "v_dim": v}
 
 
+def seeded_tensors(path: str | Path, config: dict) -> list[tuple[str, tuple, str]]:
+    """The tensors of a folder without weights on disk (harness.runtime.inputs.SEEDED_MARKER), from its config as
+    transformers lays the model out (the marker's `weights_from`, as a fixture's, or that of the release it names),
+    unpacked; [] where it says neither."""
+    import copy
+
+    from harness import models
+    from harness.runtime.inputs import SEEDED_MARKER
+
+    marker = Path(path) / SEEDED_MARKER
+    said = json.loads(marker.read_text()) if marker.is_file() else {}
+    spec = said.get("weights_from")
+    if spec is None and said.get("release"):
+        from harness.gpu import kimi_int4  # its folders name the release; the layout is its fixture's
+
+        spec = kimi_int4.fixture(int(said["layers"]))["weights_from"] if said["release"] == kimi_int4.RELEASE else None
+    if spec is None:
+        return []
+    cfg = copy.deepcopy(config)
+    for c in (cfg, cfg.get(spec.get("config_key") or "", {})):
+        c.pop("quantization_config", None)  # the layout is the unquantized one; packing does not change the count
+    return [(name, shape, "BF16") for name, shape, _kind in models.weight_layout({"hf_config": cfg, "weights_from": spec})]
+
+
 def checkpoint_flop_model(path: str | Path) -> dict:
     config = json.loads((Path(path) / "config.json").read_text())
-    return flop_model(config, checkpoint_tensors(path))
+    return flop_model(config, checkpoint_tensors(path) or seeded_tensors(path, config))
 
 
 def call_flops(fm: dict, lengths: list[int]) -> float:

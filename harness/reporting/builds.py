@@ -90,7 +90,7 @@ def cuda_cells(report_dir: Path, cell) -> dict[str, dict[str, dict]]:
     for vllm in sorted({v for v, _m in tier}):
         models = {m: tier[(v, m)] for v, m in tier if v == vllm}
         seen = {m: _tier_model(rep) for m, (_p, rep) in models.items()}
-        device = _device(next(iter(models.values()))[1]["device"].get("devices", []))
+        device = " and ".join(sorted({_device(rep["device"].get("devices", [])) for _p, rep in models.values()}))
         ok = [m for m, (passed, _w, _s) in seen.items() if passed]
         shims = sorted({s for _p, _w, ss in seen.values() for s in ss})
         why = "; ".join(f"{m}: {w}" for m, (_p, w, _s) in sorted(seen.items())) + f" (vLLM {vllm} CUDA, {device})"

@@ -92,3 +92,28 @@ def test_a_seeded_folder_has_an_identity_for_the_drift_baseline(tmp_path):
     ident = tier.weights_identity(kimi_int4.folder(3, root=tmp_path))
     assert ident["files"] == 0 and SEEDED_MARKER in ident["method"]
     assert ident["sha256"] != tier.weights_identity(kimi_int4.folder(4, root=tmp_path))["sha256"]
+
+
+def test_the_full_depth_config_is_kimi_k2_5_s_size():
+    """The 61-layer folder counts as the release is described (1T parameters, ~32B active a token with embeddings
+    and head): its parameters from the config as transformers lays it out, since there are no files to read (the
+    tier's MFU uses the same count)."""
+    import tempfile
+
+    from harness.gpu import flops
+
+    fm = flops.checkpoint_flop_model(kimi_int4.folder(61, root=Path(tempfile.mkdtemp())))
+    assert 1.0e12 < fm["params_total"] < 1.05e12, fm
+    assert 30e9 < fm["params_active_per_token"] + fm["params_embedding"] + fm["params_lm_head"] < 34e9, fm
+
+
+def test_the_committed_slice_report_is_still_this_code_s_baseline(tmp_path):
+    """The H100 report of the 3-layer slice is the drift baseline of the next run only while the folder and the
+    seeding code are the ones it ran: same folder key, same weights identity (the seeding code's bytes included)."""
+    from harness.gpu import tier
+
+    report = next((ROOT / "reports" / "gpu").glob("*-kimi-k25-int4-3l-*-tp1-bfloat16-vllm*.json"))
+    key = json.loads(report.read_text())["run_key"]
+    path = kimi_int4.folder(3, root=tmp_path)
+    assert path.name in report.name
+    assert key["weights"]["sha256"] == tier.weights_identity(path)["sha256"]
