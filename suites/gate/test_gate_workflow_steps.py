@@ -159,3 +159,26 @@ def test_a_relative_cache_dir_flag_gives_the_absolute_one_s_verdict(cache_dir, t
     relative = json.loads((tmp_path / "relative.json").read_text())
     rc_abs, absolute, _ = gate(OLD, NEW)
     assert (rc, relative["verdict"]) == (rc_abs, absolute["verdict"]) and relative["verdict"] != "UNDECIDED"
+
+
+def test_the_workflow_s_step_follows_the_lock_file_s_speculators_pin(runner):
+    """A downstream uv.lock that pins speculators 0.8.0 beside vLLM: the reusable workflow's step judges 0.8.0's
+    path (its client over `vllm serve`, with the hs-connectors 0.8.0 it declares), not 0.3.0's generator."""
+    import json
+
+    work, temp, _ = runner
+    lock = work / "uv.lock"
+    before = lock.read_text()
+    lock.write_text(before + '[[package]]\nname = "speculators"\nversion = "0.8.0"\n')
+    try:
+        spec = yaml.safe_load(WORKFLOW.read_text())
+        step = next(s for s in spec["jobs"]["gate"]["steps"] if s.get("id") == "gate")
+        on = spec.get("on", spec.get(True))
+        done = run_step(step, {**declared_inputs(on["workflow_call"]["inputs"]), "lock-file": "uv.lock", "to": NEW},
+                        runner)
+    finally:
+        lock.write_text(before)
+    rep = json.loads((temp / "gate.json").read_text())
+    assert (rep.get("client"), rep.get("connectors")) == ("speculators 0.8.0", "hs-connectors 0.8.0"), \
+        done.stdout[-1500:] + done.stderr[-1500:]
+    assert outputs(temp)["verdict"] == rep["verdict"] != "UNDECIDED"
