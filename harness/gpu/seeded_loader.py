@@ -16,6 +16,7 @@ the loader reaches vLLM's worker processes as a vLLM general plugin (the `vllm.g
 
 from __future__ import annotations
 
+import os
 import sys
 import zlib
 from pathlib import Path
@@ -47,8 +48,14 @@ def fill_integers(model) -> dict:
 
 
 def register() -> None:
-    """The vLLM general-plugin hook: register the loader once per process (nothing where vLLM has no loader
-    registry)."""
+    """The vLLM general-plugin hook: register the loader once per process, only where the harness asked for it
+    (SEEDED_ENV, set before it starts an engine on a seeded folder and inherited by vLLM's processes): vLLM loads
+    general plugins in every process of every environment the harness is installed in, and importing its loader
+    package there costs ~200 MB of host memory a process for nothing."""
+    from harness.runtime.inputs import SEEDED_ENV
+
+    if os.environ.get(SEEDED_ENV) != "1":
+        return
     try:
         from vllm.model_executor import model_loader
         from vllm.model_executor.model_loader import DummyModelLoader, register_model_loader

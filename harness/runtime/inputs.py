@@ -40,10 +40,14 @@ WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt")
 #: A folder with this file beside its config has no weights on disk: vLLM loads it with the load format the file
 #: names (harness.gpu.seeded_loader's seeded weights), e.g. Kimi-K2.5 at full depth, too large to write out.
 SEEDED_MARKER = "harness-seeded.json"
+#: Set to "1" (and inherited by vLLM's processes) where an engine loads a seeded folder: the loader registers itself
+#: only then (harness.gpu.seeded_loader.register).
+SEEDED_ENV = "HARNESS_SEEDED_LOADER"
 
 
 def load_format_of(model_path: str | os.PathLike) -> str | None:
-    """The load format a folder's SEEDED_MARKER names, or None for a checkpoint with weights on disk."""
+    """The load format a folder's SEEDED_MARKER names (and SEEDED_ENV set for the engine about to load it), or None
+    for a checkpoint with weights on disk."""
     marker = Path(model_path) / SEEDED_MARKER
     if not marker.is_file():
         return None
@@ -53,6 +57,7 @@ def load_format_of(model_path: str | os.PathLike) -> str | None:
         raise HarnessInputError(f"{marker} is not a JSON object naming a load_format: {e}") from None
     if not isinstance(fmt, str) or not fmt:
         raise HarnessInputError(f"{marker} names no load_format")
+    os.environ[SEEDED_ENV] = "1"  # the processes vLLM starts for this folder register the loader it names
     return fmt
 
 

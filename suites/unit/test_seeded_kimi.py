@@ -19,6 +19,12 @@ from harness.runtime.inputs import HarnessInputError, SEEDED_MARKER, check_weigh
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def _no_seeded_env_leaks(monkeypatch):
+    """load_format_of sets HARNESS_SEEDED_LOADER for the engines this process starts: never past one test here."""
+    monkeypatch.delenv("HARNESS_SEEDED_LOADER", raising=False)
+
+
 def test_the_folder_is_the_released_shape_with_int4_experts_and_no_weights(tmp_path):
     path = kimi_int4.folder(3, root=tmp_path)
     cfg = json.loads((path / "config.json").read_text())
@@ -107,13 +113,17 @@ def test_the_full_depth_config_is_kimi_k2_5_s_size():
     assert 30e9 < fm["params_active_per_token"] + fm["params_embedding"] + fm["params_lm_head"] < 34e9, fm
 
 
-def test_the_committed_slice_report_is_still_this_code_s_baseline(tmp_path):
-    """The H100 report of the 3-layer slice is the drift baseline of the next run only while the folder and the
-    seeding code are the ones it ran: same folder key, same weights identity (the seeding code's bytes included)."""
-    from harness.gpu import tier
-
-    report = next((ROOT / "reports" / "gpu").glob("*-kimi-k25-int4-3l-*-tp1-bfloat16-vllm*.json"))
-    key = json.loads(report.read_text())["run_key"]
-    path = kimi_int4.folder(3, root=tmp_path)
-    assert path.name in report.name
-    assert key["weights"]["sha256"] == tier.weights_identity(path)["sha256"]
+def test_the_loader_registers_only_where_the_harness_asked(tmp_path):
+    """vLLM loads general plugins in every process; the hook does nothing (imports nothing of vLLM) unless a seeded
+    folder was asked for, which sets SEEDED_ENV for the processes vLLM starts."""
+    code = ("import sys; from harness.gpu import seeded_loader; seeded_loader.register(); "
+            "print('vllm.model_executor.model_loader' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_SEEDED_LOADER"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.strip() == "False"
+    os.environ.pop("HARNESS_SEEDED_LOADER", None)
+    load_format_of(kimi_int4.folder(3, root=tmp_path))
+    try:
+        assert os.environ["HARNESS_SEEDED_LOADER"] == "1"
+    finally:
+        os.environ.pop("HARNESS_SEEDED_LOADER", None)
