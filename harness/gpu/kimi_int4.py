@@ -9,7 +9,7 @@ quantized with compressed-tensors, pack-quantized, symmetric INT4 weights in gro
 shared experts, the dense layer, router, embeddings and head in bf16). The released file lists the unquantized
 modules one by one; `QUANTIZATION` names the same set by pattern, which vLLM matches the same way.
 
-The weights come from harness.gpu.seeded_loader (vLLM's dummy values, packed integers seeded by name): nothing is
+The weights come from harness.gpu.seeded_loader (every tensor seeded by name at a trained model's scales): nothing is
 written but the config folder, so the same command runs a 3-layer slice on one H200 and all 61 layers at TP=8 (the
 INT4 checkpoint would be ~600 GB; the 8-GPU machine has 235 GB of disk).
 

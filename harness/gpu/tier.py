@@ -194,9 +194,11 @@ def weights_identity(model_path: str | Path) -> dict:
 
         from harness.gpu import seeded_loader
 
-        code = (seeded_loader.LOAD_FORMAT + inspect.getsource(seeded_loader.fill_integers)).encode()
+        seeding = (seeded_loader.centred_int4, seeded_loader.seed_weights)
+        code = (f"{seeded_loader.LOAD_FORMAT} {seeded_loader.WEIGHT_STD} {seeded_loader.INT4_CODE_STD}\n"
+                + "".join(inspect.getsource(f) for f in seeding)).encode()
         h = hashlib.sha256(marker.read_bytes() + code)
-        return {"sha256": h.hexdigest(), "method": f"no files: {SEEDED_MARKER} and the seeding code (fill_integers)",
+        return {"sha256": h.hexdigest(), "method": f"no files: {SEEDED_MARKER} and the seeding code (seed_weights)",
                 "files": 0, "bytes": 0}
     files = sorted(Path(model_path).glob("*.safetensors")) or sorted(Path(model_path).glob("*.bin"))
     total = sum(f.stat().st_size for f in files)

@@ -73,6 +73,16 @@ def _tier_model(rep: dict) -> tuple[bool, str, list[str]]:
     return True, f"{len(rep['checks'])} checks passed", shims
 
 
+def _tier_fault(models: dict) -> str:
+    """Whose fault a failed tier run is: vLLM's, naming the module, where the tier's diagnosis found one whose output
+    changed on equal inputs (harness.gpu.module_determinism); else the tier report decides."""
+    for m, (_p, rep) in sorted(models.items()):
+        culprit = (rep.get("nondeterministic_module") or {}).get("culprit")
+        if culprit:
+            return f"vLLM: on {m}, {culprit['class']} ({culprit['module']}) differs on equal inputs"
+    return "see the tier report"
+
+
 def _judged(rep: dict, release: str) -> dict:
     """One release's result on one model, judged by today's rule: it agrees only where every id the launcher asks
     for was exported, the last layer's output included (reports written before that rule said `agrees` for the ids
@@ -98,7 +108,7 @@ def cuda_cells(report_dir: Path, cell) -> dict[str, dict[str, dict]]:
         out.setdefault("0.3.0", {})[vllm] = cell(
             verdict, why, shims if verdict != ax.BROKEN else [], models=ok if verdict == ax.PARTIAL else None,
             build=CUDA, evidence=_evidence(report_dir, [p for p, _r in models.values()]),
-            fault=None if verdict in (ax.WORKS, ax.SHIMMED) else "see the tier report")
+            fault=None if verdict in (ax.WORKS, ax.SHIMMED) else _tier_fault(models))
     for vllm in sorted({v for v, _m in clients}):
         models = {m: clients[(v, m)] for v, m in clients if v == vllm}
         releases = sorted({r for _p, rep in models.values() for r in rep["clients"]})

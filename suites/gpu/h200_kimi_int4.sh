@@ -15,6 +15,6 @@ for run in $(seq "$RUNS"); do  # RUNS=2: the same tier twice on this machine (ea
     --attention-backend TRITON_MLA --gpu-memory-utilization "${GPU_UTIL:-0.4}" --report-dir "$OUT/gpu" \
     --env "gpu-$VLLM_TAG-kimi-int4-${LAYERS}l" -- -q -rA --harness-report-dir "$OUT/env" > "$OUT/kimi-int4-$run.log" 2>&1 \
     || rc=$((rc ? rc : $?))
-  grep -E "MoE|Marlin|marlin|passed|failed|Error|error" "$OUT/kimi-int4-$run.log" | grep -v "^\(" | cut -c1-300 | tail -25
+  grep -E "MoE|Marlin|marlin|passed|failed|Error|error" "$OUT/kimi-int4-$run.log" | grep -v '^(' | cut -c1-300 | tail -25
 done
 exit $rc

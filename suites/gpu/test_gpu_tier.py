@@ -87,8 +87,18 @@ def test_same_batch_twice(tier):
     diff = 0.0 if bitwise else max(float((a.float() - b.float()).abs().max()) for a, b in pairs)
     tol = bound(tier.cfg.dtype, [a for a, _ in pairs])
     first_equal = all(torch.equal(a, b) for a, b in _pairs(tier.first_batch, batch))
-    _check(tier, "same batch twice", bitwise or diff <= tol,
-           "bitwise equal" if bitwise else f"not bitwise: max abs diff {diff:.3g} (bound {tol:.3g})")
+    measured = "bitwise equal" if bitwise else f"not bitwise: max abs diff {diff:.3g} (bound {tol:.3g})"
+    if not bitwise:  # name the module that broke it (harness.gpu.module_determinism)
+        from harness.gpu import module_determinism
+
+        found = module_determinism.diagnose(tier.generator, tier.prompts)
+        tier.facts["nondeterministic_module"] = found
+        culprit = found.get("culprit")
+        measured += (f"; first module with equal inputs and different outputs: {culprit['module']} "
+                     f"({culprit['class']}, max abs diff {culprit['max_abs_diff']})" if culprit else
+                     f"; no recorded module call differs on equal inputs ({found['differing']} of "
+                     f"{found['calls']} calls differ)")
+    _check(tier, "same batch twice", bitwise or diff <= tol, measured)
     tier.facts["first_call_bitwise_equal_to_second"] = first_equal
     tier.facts["same_batch_bitwise"] = bitwise
     assert bitwise or diff <= tol

@@ -106,3 +106,15 @@ def test_cuda_cells_come_from_the_committed_gpu_reports():
     # The 0.20 Kimi report predates the rule that a missing last layer is no agreement: judged by today's rule.
     kimi = cells["0.9.0"]["0.20.0"]
     assert kimi["verdict"] == ca.PARTIAL and kimi["models"] == ["tiny-llama"] and kimi["fault"] == "vLLM (server side)"
+
+
+def test_a_tier_run_that_is_not_repeatable_blames_the_module_the_diagnosis_found():
+    """vLLM 0.25's CUDA cell for speculators 0.3.0: the Kimi-K2.5 INT4 slice's same batch twice differs, and the
+    fault is vLLM's, naming the module whose output changed on equal inputs (harness.gpu.module_determinism)."""
+    from harness.paths import REPORTS
+    from harness.reporting import builds
+
+    cell = builds.cuda_cells(REPORTS, ca._cell)["0.3.0"]["0.25.0"]
+    assert cell["verdict"] == ca.PARTIAL and "kimi-k25-int4-3l" not in cell["models"]
+    assert cell["fault"].startswith("vLLM: on kimi-k25-int4-3l, MoERunner (")
+    assert any("kimi-k25-int4-3l" in e for e in cell["evidence"])

@@ -1,5 +1,5 @@
 """Kimi-K2.5 as released without weights on disk: the config folder harness.gpu.kimi_int4 writes, the marker that
-makes the generator and plain vLLM use the seeded loader, and the loader's integer fill (its GPU run is the tier's
+makes the generator and plain vLLM use the seeded loader, and the loader's fill (its GPU run is the tier's
 report under reports/gpu/)."""
 
 from __future__ import annotations
@@ -57,27 +57,38 @@ def test_a_depth_outside_the_release_is_one_line_and_exit_2(tmp_path, layers, ca
     assert len(err) == 1 and "layers must be 2..61" in err[0] and not list(tmp_path.iterdir())
 
 
-def test_packed_integers_are_seeded_by_name_and_other_integers_zeroed():
-    """The fill the loader adds to vLLM's dummy one: the same name gives the same values in a fresh module, another
-    name others; all 16 nibble codes occur; floats are left to vLLM; other integer tensors become zero."""
+def test_every_tensor_is_seeded_by_name_at_a_trained_models_scales():
+    """The loader's fill: the same name gives the same values in a fresh module, another name others; norms are 1,
+    group scales positive, bf16 weights of the stated spread, the packed INT4 codes are -7..7 (centred), other
+    integer tensors are zero; nothing keeps what the allocator left."""
     torch = pytest.importorskip("torch")
 
     def module():
         m = torch.nn.Module()
-        m.w13_weight_packed = torch.nn.Parameter(torch.empty(4, 64, dtype=torch.int32), requires_grad=False)
+        m.input_layernorm = torch.nn.Module()
+        m.input_layernorm.weight = torch.nn.Parameter(torch.full((64,), float("nan")), requires_grad=False)
+        m.o_proj_weight = torch.nn.Parameter(torch.full((64, 256), float("nan"), dtype=torch.bfloat16),
+                                             requires_grad=False)
+        m.w13_weight_packed = torch.nn.Parameter(torch.empty(4, 256, dtype=torch.int32), requires_grad=False)
         m.w2_weight_packed = torch.nn.Parameter(torch.empty(4, 64, dtype=torch.int32), requires_grad=False)
         m.w2_weight_shape = torch.nn.Parameter(torch.full((4, 2), 7, dtype=torch.int32), requires_grad=False)
-        m.w2_weight_scale = torch.nn.Parameter(torch.full((4, 2), 0.5), requires_grad=False)
+        m.w2_weight_scale = torch.nn.Parameter(torch.full((4, 2), -0.5, dtype=torch.bfloat16), requires_grad=False)
         return m
 
     a, b = module(), module()
-    assert seeded_loader.fill_integers(a) == {"packed": 2, "zeroed": 1}
-    seeded_loader.fill_integers(b)
-    assert torch.equal(a.w13_weight_packed, b.w13_weight_packed)
+    assert seeded_loader.seed_weights(a) == {"norm": 1, "scale": 1, "packed": 2, "weight": 1, "zeroed": 1}
+    seeded_loader.seed_weights(b)
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), name
     assert not torch.equal(a.w13_weight_packed, a.w2_weight_packed)
-    nibbles = {int(x) for x in ((a.w13_weight_packed.view(-1, 1) >> torch.arange(0, 32, 4)) & 0xF).view(-1)}
-    assert nibbles == set(range(16))
-    assert int(a.w2_weight_shape.abs().sum()) == 0 and float(a.w2_weight_scale.min()) == 0.5
+    nibbles = ((a.w13_weight_packed.view(-1, 1) >> torch.arange(0, 32, 4)) & 0xF).view(-1)
+    assert set(nibbles.tolist()) == set(range(1, 16))  # codes -7..7 (offset binary): centred, no -8
+    assert abs(float((nibbles - 8).float().mean())) < 0.5
+    assert bool((a.input_layernorm.weight == 1).all()) and int(a.w2_weight_shape.abs().sum()) == 0
+    std = seeded_loader.WEIGHT_STD
+    scale = a.w2_weight_scale.float()
+    assert float(scale.min()) > 0 and float(scale.max()) < 1.5 * std / seeded_loader.INT4_CODE_STD * 1.01
+    assert abs(float(a.o_proj_weight.float().std()) - std) < 0.1 * std
 
 
 def test_the_entry_point_is_the_one_pyproject_declares_and_a_checkout_can_expose_it(tmp_path):

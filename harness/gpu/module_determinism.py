@@ -1,0 +1,137 @@
+"""Which module makes a model's states differ when the same batch runs twice.
+
+The GPU tier asks for the same batch twice to give the same states bit for bit. When it does not, the states only say
+that something in the forward is not deterministic; a report must say what. This records, in the worker, every call
+of each decoder layer's attention and MLP block and of the MLP's own parts (router gate, routed experts, shared
+experts): a digest of the call's tensor inputs and its output. Two runs of the same batch are then compared call by
+call: the first call whose inputs were equal but whose output was not is the module that broke determinism (every
+later difference may only be its consequence).
+
+    install(worker)   -> hooks on the model in that worker (through the generator's `_harness_call` RPC)
+    collect(worker)   -> the calls recorded since install kept in the worker, hooks removed; how many
+    compare(worker)   -> first_divergence of the last two recordings, computed there (no tensors cross the RPC)
+    first_divergence(a, b) -> the culprit (pure; unit-tested on CPU)
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+#: Children of a decoder layer, and of its MLP, whose calls are recorded (vLLM's names across model families).
+LAYER_PARTS = ("self_attn", "mlp")
+MLP_PARTS = ("gate", "experts", "shared_experts")
+#: Output tensors kept whole (on the host) for at most this many calls; later calls keep only their digest.
+KEEP_TENSORS = 64
+
+
+def _tensors(value) -> list:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+def digest(value) -> str:
+    """sha256 of every tensor's bytes in `value` (a tensor, or containers of them), with shapes and dtypes."""
+    import torch
+
+    h = hashlib.sha256()
+    for t in _tensors(value):
+        h.update(f"{tuple(t.shape)}{t.dtype};".encode())
+        h.update(t.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def modules_to_watch(model) -> list[tuple[str, object]]:
+    """(name, module) for each decoder layer's attention and MLP block and the MLP's gate/experts/shared experts."""
+    found = []
+    for name, module in model.named_modules():
+        if not all(hasattr(module, part) for part in LAYER_PARTS):
+            continue
+        for part in LAYER_PARTS:
+            child = getattr(module, part)
+            found.append((f"{name}.{part}", child))
+            if part == "mlp":
+                found += [(f"{name}.mlp.{sub}", getattr(child, sub)) for sub in MLP_PARTS
+                          if getattr(child, sub, None) is not None and hasattr(getattr(child, sub), "forward")]
+    return found
+
+
+def record_into(calls: list, name: str, module):
+    """A forward hook that appends (name, class, input digest, output digest, output kept or None) to `calls`."""
+
+    def hook(mod, args, kwargs, output):
+        outs = _tensors(output)
+        kept = [t.detach().float().cpu() for t in outs] if len(calls) < KEEP_TENSORS else None
+        calls.append({"module": name, "class": type(mod).__name__, "inputs": digest((args, kwargs)),
+                      "output": digest(output), "kept": kept})
+
+    return module.register_forward_hook(hook, with_kwargs=True)
+
+
+def install(worker) -> int:
+    """(Runs on a worker.) Hooks on its model's watched modules; returns how many."""
+    runner = worker.model_runner
+    model = runner.get_model() if hasattr(runner, "get_model") else runner.model
+    calls: list = []
+    handles = [record_into(calls, name, module) for name, module in modules_to_watch(model)]
+    worker._harness_determinism = (calls, handles)
+    return len(handles)
+
+
+def collect(worker) -> int:
+    """(Runs on a worker.) The calls recorded since `install` kept as the worker's latest recording (the one before
+    it kept too); the hooks are removed. Returns how many calls."""
+    calls, handles = getattr(worker, "_harness_determinism", ([], []))
+    for h in handles:
+        h.remove()
+    worker._harness_determinism = ([], [])
+    worker._harness_recordings = (getattr(worker, "_harness_recordings", ([], []))[-1], list(calls))
+    return len(calls)
+
+
+def compare(worker) -> dict:
+    """(Runs on a worker.) `first_divergence` of its last two recordings; the recordings are dropped."""
+    first, second = getattr(worker, "_harness_recordings", ([], []))
+    worker._harness_recordings = ([], [])
+    return first_divergence(first, second)
+
+
+def first_divergence(first: list[dict], second: list[dict]) -> dict:
+    """Compare two recordings of the same batch call by call: `culprit` is the first call with equal inputs and
+    different outputs (None where every output matched or the runs made different calls), with how many calls
+    were compared and how many differed."""
+    out = {"calls": min(len(first), len(second)), "same_calls": [c["module"] for c in first] ==
+           [c["module"] for c in second], "differing": 0, "culprit": None}
+    for a, b in zip(first, second):
+        if a["output"] == b["output"]:
+            continue
+        out["differing"] += 1
+        if out["culprit"] is None and a["inputs"] == b["inputs"]:
+            diff = None
+            if a["kept"] is not None and b["kept"] is not None:
+                diff = max((float((x - y).abs().max()) for x, y in zip(a["kept"], b["kept"]) if x.shape == y.shape),
+                           default=None)
+            out["culprit"] = {"module": a["module"], "class": a["class"], "max_abs_diff": diff}
+    if out["culprit"] is None and out["differing"]:
+        out["culprit_note"] = "outputs differ only where inputs already differed before the first recorded call"
+    return out
+
+
+def diagnose(generator, prompts) -> dict:
+    """Run `prompts` twice through the generator with the hooks on rank 0's model; `first_divergence` of the two."""
+    view = generator.real_executor
+    for _ in range(2):
+        watched = view.collective_rpc("_harness_call", args=(install,))[0]
+        try:
+            generator.generate(prompts)
+        finally:
+            view.collective_rpc("_harness_call", args=(collect,))
+    result = view.collective_rpc("_harness_call", args=(compare,))[0]
+    result["watched_modules"] = watched
+    return result

@@ -1,0 +1,95 @@
+"""The tier's diagnosis when the same batch twice is not bitwise (harness.gpu.module_determinism): recorded on real
+torch modules shaped like a decoder layer, it names the first module whose output changed on unchanged inputs."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from harness.gpu import module_determinism as md
+
+torch = pytest.importorskip("torch")
+
+
+class Noisy(torch.nn.Module):
+    """A module whose output is not a function of its input: fresh noise on every call."""
+
+    def __init__(self, width: int, noisy: bool):
+        super().__init__()
+        self.proj, self.noisy = torch.nn.Linear(width, width), noisy
+
+    def forward(self, x):
+        out = self.proj(x)
+        return out + 1e-3 * torch.randn_like(out) if self.noisy else out
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, width: int, noisy_experts: bool):
+        super().__init__()
+        self.gate = torch.nn.Linear(width, 4)
+        self.experts = Noisy(width, noisy_experts)
+        self.shared_experts = Noisy(width, False)
+
+    def forward(self, x):
+        return self.experts(x) * self.gate(x).softmax(-1)[:, :1] + self.shared_experts(x)
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, width: int, noisy_experts: bool):
+        super().__init__()
+        self.self_attn, self.mlp = Noisy(width, False), Mlp(width, noisy_experts)
+
+    def forward(self, x):
+        x = x + self.self_attn(x)
+        return x + self.mlp(x)
+
+
+def _run_twice(noisy_layer: int | None) -> dict:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[Layer(16, i == noisy_layer) for i in range(3)])
+    worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
+    x = torch.randn(5, 16)
+    for _ in range(2):
+        assert md.install(worker) == 3 * 5  # attention, MLP, gate, experts, shared experts per layer
+        with torch.no_grad():
+            model(x)
+        assert md.collect(worker) == 3 * 5
+    return md.compare(worker)
+
+
+def test_a_deterministic_model_has_no_culprit():
+    found = _run_twice(None)
+    assert found["differing"] == 0 and found["culprit"] is None and found["same_calls"] and found["calls"] == 15
+
+
+def test_the_first_module_changing_on_equal_inputs_is_named_not_its_consequences():
+    found = _run_twice(1)
+    assert found["culprit"]["module"] == "1.mlp.experts" and found["culprit"]["class"] == "Noisy"
+    assert 0 < found["culprit"]["max_abs_diff"] < 0.1
+    assert found["differing"] > 1  # the layer's MLP and everything after differ too, and are not blamed
+
+
+def test_hooks_are_removed_after_collect():
+    model = Layer(8, False)
+    worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
+    md.install(worker)
+    md.collect(worker)
+    assert not model.self_attn._forward_hooks and not model.mlp.experts._forward_hooks
+
+
+def test_the_canonical_marlin_order_is_one_layout_per_routing():
+    """harness.gpu.moe_order.canonical_order: two legal layouts of the same routing (tokens placed in another order
+    inside each expert's run of blocks) become the same one; each expert keeps its blocks, padding stays last."""
+    from harness.gpu.moe_order import canonical_order
+
+    pad = 99
+    expert_ids = torch.tensor([0, 0, 2, 5], dtype=torch.int32)
+    one = torch.tensor([7, 3, 9, 1, 4, 0, pad, pad, 8, 2, 6, 5, pad, pad, pad, pad], dtype=torch.int32)
+    other = torch.tensor([1, 9, 4, 3, pad, 7, 0, pad, 6, 8, 2, 5, pad, pad, pad, pad], dtype=torch.int32)
+    a, b = canonical_order(one.clone(), expert_ids, 4), canonical_order(other.clone(), expert_ids, 4)
+    assert torch.equal(a, b)
+    assert a[:8].tolist() == [0, 1, 3, 4, 7, 9, pad, pad] and a[8:12].tolist() == [2, 5, 6, 8]
+    # 6 slots, blocks of 4: the last 2 untouched; ids order as unsigned and survive the round trip unchanged
+    tail = torch.tensor([3, 1, -5, 2, 7, 7], dtype=torch.int32)
+    assert canonical_order(tail, torch.tensor([1], dtype=torch.int32), 4).tolist() == [1, 2, 3, -5, 7, 7]
