@@ -19,7 +19,7 @@ from harness.models import fixture_names
 IDS = (
     "import", "schedcfg", "memory", "blocksize", "kvlayout", "kvhelpers", "sched",
     "request", "prefixcache", "chunkedprefill",
-    "rpc", "twophase", "mla", "kimistack", "eagle3", "embed", "layer", "forward",
+    "rpc", "twophase", "mla", "kimistack", "eagle3", "embed", "layer", "forward", "moeorder",
 )
 #: Contracts probed once per tiny model (key "id[<fixture>]", e.g. "embed[tiny-llama]"); the others once per vLLM.
 PER_MODEL = ("mla", "kimistack", "eagle3", "embed", "layer", "forward")

@@ -6,15 +6,16 @@ from call to call, and Marlin's output depends on where a token sits (vllm-proje
 found the consequence on the Kimi-K2.5 INT4 slice: the same batch twice is not bitwise equal, and the first module
 whose output changes on equal inputs is the routed experts' runner (harness.gpu.module_determinism).
 
-`canonical_order` sorts each expert's run of token slots (padding, the largest id, stays last): one layout for one
-routing. `engage(worker)` wraps the aligner Marlin's MoE module calls with it, in that worker.
+`canonical_order` (harness.contracts.moeorder, C-moeorder's shim) sorts each expert's run of token slots (padding,
+the largest id, stays last): one layout for one routing. `engage(worker)` wraps the aligner with it in that worker.
 
     python -m harness.gpu.moe_order --model-path DIR --out r.json [--tp 1] [--gpu-memory-utilization 0.45]
 
 starts the shimmed generator once on DIR and records, on the tier's prompts: the same batch twice without and then
 with the canonical order (bitwise? max abs diff; the module the diagnosis blames), each prompt alone against the
-batch, and the fast path against speculators' loop, with the order engaged. An experiment on the way to a contract:
-it says whether the layout is the whole cause.
+batch, and the fast path against speculators' loop. The generator starts with C-moeorder's shim left out (the
+first half is vLLM's own order), and the second half engages it: the contract's proof, needed and sufficient, on
+the states themselves.
 """
 
 from __future__ import annotations
@@ -25,28 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-#: Where vLLM's Marlin MoE experts look the aligner up (a module global; vLLM 0.25).
-MARLIN_MODULE = "vllm.model_executor.layers.fused_moe.experts.marlin_moe"
-ALIGNER = "moe_align_block_size"
-
-
-def canonical_order(sorted_ids, expert_ids, block_size: int):
-    """`sorted_ids` (int32 token-slot ids, `block_size` a block, block b belonging to `expert_ids[b]`) with each run of
-    consecutive blocks of one expert sorted ascending, in place; returned. Slots past the blocks are left alone."""
-    import torch
-
-    blocks = min(int(expert_ids.numel()), int(sorted_ids.numel()) // block_size)
-    if blocks == 0:
-        return sorted_ids
-    used = sorted_ids[: blocks * block_size].view(blocks, block_size)
-    experts = expert_ids[:blocks]
-    starts = torch.ones(blocks, dtype=torch.bool, device=experts.device)
-    starts[1:] = experts[1:] != experts[:-1]
-    run = torch.cumsum(starts.to(torch.int64), 0).view(-1, 1)
-    key = (run << 32) | (used.to(torch.int64) & 0xFFFFFFFF)
-    ordered = torch.sort(key.view(-1)).values & 0xFFFFFFFF
-    used.copy_(ordered.to(torch.int32).view(blocks, block_size))  # int32 round trip restores negative ids
-    return sorted_ids
+from harness.contracts.moeorder import ALIGNER, MARLIN_MODULE, canonical_order, engage as engage_module  # noqa: F401
 
 
 def engage(worker) -> bool:
@@ -57,30 +37,7 @@ def engage(worker) -> bool:
         module = importlib.import_module(MARLIN_MODULE)
     except ImportError:
         return False
-    inner = getattr(module, ALIGNER, None)
-    if inner is None or getattr(inner, "_harness_canonical", False):
-        return inner is not None
-
-    def aligned(topk_ids, block_size, *args, **kwargs):
-        sorted_ids, expert_ids, padded = inner(topk_ids, block_size, *args, **kwargs)
-        return canonical_order(sorted_ids, expert_ids, block_size), expert_ids, padded
-
-    aligned._harness_canonical = True
-    aligned._harness_inner = inner
-    setattr(module, ALIGNER, aligned)
-    return True
-
-
-def disengage(worker) -> bool:
-    """(Runs on a worker.) Put vLLM's own aligner back."""
-    import importlib
-
-    module = importlib.import_module(MARLIN_MODULE)
-    current = getattr(module, ALIGNER)
-    if getattr(current, "_harness_canonical", False):
-        setattr(module, ALIGNER, current._harness_inner)
-        return True
-    return False
+    return hasattr(module, ALIGNER) and engage_module(module)
 
 
 def _compare(first, second) -> dict:
@@ -104,7 +61,7 @@ def experiment(model_path: str, tp: int, share: float, backend: str | None) -> d
     out: dict = {"model_path": Path(model_path).name, "prompts": len(prompts), "tokens": sum(map(len, prompts))}
     t0 = time.perf_counter()
     gen = HarnessGenerator(model_path, None, gpu_memory_utilization=share, tensor_parallel_size=tp,
-                           options=Options(dtype="bfloat16", attention_backend=backend, language_model_only=True))
+                           disable={"moeorder"}, options=Options(dtype="bfloat16", attention_backend=backend, language_model_only=True))
     try:
         out["generator_start_s"] = round(time.perf_counter() - t0, 1)
         out["moe_methods"] = tier.moe_methods_of(gen)

@@ -79,9 +79,10 @@ def test_hooks_are_removed_after_collect():
 
 
 def test_the_canonical_marlin_order_is_one_layout_per_routing():
-    """harness.gpu.moe_order.canonical_order: two legal layouts of the same routing (tokens placed in another order
-    inside each expert's run of blocks) become the same one; each expert keeps its blocks, padding stays last."""
-    from harness.gpu.moe_order import canonical_order
+    """harness.contracts.moeorder.canonical_order (C-moeorder's shim): two legal layouts of the same routing (tokens
+    placed in another order inside each expert's run of blocks) become the same one; each expert keeps its blocks,
+    padding stays last."""
+    from harness.contracts.moeorder import canonical_order
 
     pad = 99
     expert_ids = torch.tensor([0, 0, 2, 5], dtype=torch.int32)
@@ -93,3 +94,32 @@ def test_the_canonical_marlin_order_is_one_layout_per_routing():
     # 6 slots, blocks of 4: the last 2 untouched; ids order as unsigned and survive the round trip unchanged
     tail = torch.tensor([3, 1, -5, 2, 7, 7], dtype=torch.int32)
     assert canonical_order(tail, torch.tensor([1], dtype=torch.int32), 4).tolist() == [1, 2, 3, -5, 7, 7]
+
+
+def _atomic_like_aligner(topk_ids, block_size, num_experts):
+    """vLLM's aligner as its CUDA kernel behaves (vllm-project/vllm#52525): each expert's token slots in blocks of
+    `block_size`, experts in order, padded with the slot count; within an expert, slots in whatever order the
+    atomics happen to give (here: a fresh random order every call). The GPU proof runs vLLM's own kernel."""
+    flat = topk_ids.view(-1).long()
+    pad = flat.numel()
+    ids, experts = [], []
+    for e in range(num_experts):
+        slots = (flat == e).nonzero().view(-1)
+        slots = slots[torch.randperm(slots.numel())]
+        padded = -(-slots.numel() // block_size) * block_size
+        ids += slots.tolist() + [pad] * (padded - slots.numel())
+        experts += [e] * (padded // block_size)
+    return (torch.tensor(ids, dtype=torch.int32), torch.tensor(experts, dtype=torch.int32),
+            torch.tensor([len(ids)], dtype=torch.int32))
+
+
+def test_the_probe_sees_layouts_that_differ_and_the_shim_makes_them_one():
+    from harness.contracts import moeorder
+
+    vllm_like = moeorder.layouts(_atomic_like_aligner, 16, 4, "cpu", canonical=False)
+    shimmed = moeorder.layouts(_atomic_like_aligner, 16, 4, "cpu", canonical=True)
+    assert moeorder._differing(vllm_like) == moeorder.CALLS - 1 and moeorder._differing(shimmed) == 0
+    # the canonical layout is a legal one: the same slots per block's expert, as a set
+    for block in range(len(shimmed[0]) // moeorder.BLOCK):
+        part = slice(block * moeorder.BLOCK, (block + 1) * moeorder.BLOCK)
+        assert sorted(shimmed[0][part].tolist()) == shimmed[0][part].tolist()

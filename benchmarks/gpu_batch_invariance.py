@@ -1,0 +1,120 @@
+"""Is a prompt's extraction independent of its batch? vLLM's batch-invariant mode against its default, on one GPU.
+
+    python benchmarks/gpu_batch_invariance.py --out r.json [--shape llama1b4] [--calls 60] [--modes off,on]
+        [--attention-backend TRITON_ATTN] [--max-model-len 3072] [--alone 3]
+
+Training data should not depend on what else was in the batch it was extracted with. vLLM ships a batch-invariant
+mode (`VLLM_BATCH_INVARIANT=1`, read by each worker at start: deterministic matmul/softmax/mean kernels, no split-K,
+on the backends it supports); this measures whether it gives that through the harness. For each mode the shimmed
+generator is started once (the variable set for its workers, or unset) on the same seeded checkpoint (the shapes of
+benchmarks/gpu_extraction_profile.py, built on the machine), and runs the same `--calls` random calls: 1-48 prompts
+of 1 to max-model-len tokens, growing and shrinking. In each call, `--alone` of its prompts (seeded choice) are also
+extracted alone and compared with their rows in the batch, bit for bit. Recorded per mode: calls where every
+compared prompt was bitwise equal, the largest difference, and the median time of a call (the modes run one after
+the other, not paired: the cost is indicative). Results are written after every mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+MODE_ENV = "VLLM_BATCH_INVARIANT"
+
+
+def call_plan(seed: int, calls: int, vocab: int, longest: int, max_prompts: int = 48) -> list[list[list[int]]]:
+    """Random calls of 1..max_prompts prompts, mostly short, some up to `longest` tokens (seeded)."""
+    rng = random.Random(seed)
+    plan = []
+    for _ in range(calls):
+        count = rng.randint(1, max_prompts)
+        lengths = [rng.randint(1, longest) if rng.random() < 0.25 else rng.randint(1, max(1, longest // 8))
+                   for _ in range(count)]
+        plan.append([[rng.randrange(4, vocab) for _ in range(n)] for n in lengths])
+    return plan
+
+
+def run_mode(model, mode: str, plan, alone: int, args) -> dict:
+    import torch
+
+    from harness.runtime.generator import HarnessGenerator, Options
+
+    if mode == "on":
+        os.environ[MODE_ENV] = "1"
+    else:
+        os.environ.pop(MODE_ENV, None)
+    t0 = time.perf_counter()
+    gen = HarnessGenerator(model.path, None, max_model_len=args.max_model_len, gpu_memory_utilization=args.share,
+                           options=Options(dtype=args.dtype, attention_backend=args.attention_backend or None))
+    out = {"mode": mode, "env": {MODE_ENV: os.environ.get(MODE_ENV)}, "start_s": round(time.perf_counter() - t0, 1),
+           "calls": []}
+    rng = random.Random(args.seed + 1)
+    try:
+        for batch in plan:
+            t = time.perf_counter()
+            got = gen.generate(batch)
+            seconds = time.perf_counter() - t
+            picks = rng.sample(range(len(batch)), min(alone, len(batch)))
+            equal, diff = True, 0.0
+            for i in picks:
+                solo = gen.generate([batch[i]])[0]
+                for a, b in zip(got[i]["hidden_states"], solo["hidden_states"]):
+                    if not torch.equal(a, b):
+                        equal = False
+                        diff = max(diff, float((a.float() - b.float()).abs().max()))
+            out["calls"].append({"prompts": len(batch), "tokens": sum(map(len, batch)), "seconds": seconds,
+                                 "compared": len(picks), "bitwise": equal, "max_abs_diff": diff})
+    finally:
+        gen.close()
+    calls = out["calls"]
+    out["summary"] = {"calls": len(calls), "bitwise_calls": sum(c["bitwise"] for c in calls),
+                      "max_abs_diff": max((c["max_abs_diff"] for c in calls), default=0.0),
+                      "median_call_s": statistics.median(c["seconds"] for c in calls) if calls else None,
+                      "tokens_per_s": (sum(c["tokens"] for c in calls) / sum(c["seconds"] for c in calls))
+                      if calls else None}
+    print(mode, json.dumps(out["summary"]), flush=True)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--shape", default="llama1b4", help="a shape of benchmarks/gpu_extraction_profile.py or a fixture")
+    p.add_argument("--calls", type=int, default=60)
+    p.add_argument("--alone", type=int, default=3, help="prompts of each call also extracted alone and compared")
+    p.add_argument("--modes", default="off,on")
+    p.add_argument("--seed", type=int, default=2026)
+    p.add_argument("--max-model-len", type=int, default=3072)
+    p.add_argument("--share", type=float, default=0.45)
+    p.add_argument("--attention-backend", default="TRITON_ATTN", help="empty: vLLM's choice")
+    p.add_argument("--dtype", default="bfloat16")
+    args = p.parse_args()
+    from harness import models, versions
+
+    try:
+        from gpu_extraction_profile import shape_fixture
+
+        fixture = shape_fixture(args.shape)
+        model = models.build(f"bench-{args.shape}", fixture=fixture)
+    except SystemExit:  # not a benchmark shape: a committed fixture (tiny-llama, ...)
+        model = models.build(args.shape)
+    plan = call_plan(args.seed, args.calls, model.vocab_size, args.max_model_len - 1)
+    result = {"shape": args.shape, "attention_backend": args.attention_backend, "seed": args.seed,
+              "calls_planned": len(plan), "alone_per_call": args.alone, "versions": versions.snapshot(), "modes": {}}
+    for mode in [m for m in args.modes.split(",") if m]:
+        result["modes"][mode] = run_mode(model, mode, plan, args.alone, args)
+        Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
