@@ -39,7 +39,7 @@ def _classes(tree: ast.Module) -> dict:
 
 def parse(version: str) -> dict:
     from harness import surface
-    from harness.clients.vllm_client import wheel_tree
+    from harness.clients.wheels import wheel_tree
 
     root = wheel_tree(PROJECT, version) / PACKAGE
     modules = {}

@@ -29,7 +29,7 @@ VERSION = "0.4.0"
 
 def wheel_dir() -> Path:
     """speculators 0.4.0 unpacked, not installed (downloaded once into .cache/)."""
-    from harness.clients.vllm_client import wheel_tree
+    from harness.clients.wheels import wheel_tree
 
     return wheel_tree("speculators", VERSION)
 
