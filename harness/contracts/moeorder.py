@@ -84,7 +84,7 @@ def marlin_moe_layers(model) -> dict:
         qm, cfg = getattr(module, "quant_method", None), getattr(module, "moe_config", None)
         if qm is None or cfg is None:
             continue
-        backend = " ".join(str(v) for k, v in vars(qm).items() if "backend" in k.lower())
+        backend = " ".join(str(v) for k, v in getattr(qm, "__dict__", {}).items() if "backend" in k.lower())
         if "marlin" not in f"{type(qm).__name__} {backend}".lower():  # the class, or the backend it chose
             continue
         found["layers"] += 1
