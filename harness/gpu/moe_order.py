@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.contracts.moeorder import ALIGNER, MARLIN_MODULE, canonical_order, engage as engage_module  # noqa: F401
+from harness.contracts.moeorder import ALIGNER, MARLIN_MODULE, engage as engage_module
 
 
 def engage(worker) -> bool:
@@ -61,7 +61,8 @@ def experiment(model_path: str, tp: int, share: float, backend: str | None) -> d
     out: dict = {"model_path": Path(model_path).name, "prompts": len(prompts), "tokens": sum(map(len, prompts))}
     t0 = time.perf_counter()
     gen = HarnessGenerator(model_path, None, gpu_memory_utilization=share, tensor_parallel_size=tp,
-                           disable={"moeorder"}, options=Options(dtype="bfloat16", attention_backend=backend, language_model_only=True))
+                           disable={"moeorder"},
+                           options=Options(dtype="bfloat16", attention_backend=backend, language_model_only=True))
     try:
         out["generator_start_s"] = round(time.perf_counter() - t0, 1)
         out["moe_methods"] = tier.moe_methods_of(gen)
