@@ -76,8 +76,9 @@ def record_into(calls: list, name: str, module):
 
 def install(worker) -> int:
     """(Runs on a worker.) Hooks on its model's watched modules; returns how many."""
-    runner = worker.model_runner
-    model = runner.get_model() if hasattr(runner, "get_model") else runner.model
+    from harness.gpu.tier import loaded_model
+
+    model = loaded_model(worker)
     calls: list = []
     handles = [record_into(calls, name, module) for name, module in modules_to_watch(model)]
     worker._harness_determinism = (calls, handles)

@@ -26,18 +26,13 @@ import sys
 import time
 from pathlib import Path
 
-from harness.contracts.moeorder import ALIGNER, MARLIN_MODULE, engage as engage_module
+from harness.contracts.moeorder import ALIGNER, engage as engage_module, marlin_module
 
 
 def engage(worker) -> bool:
     """(Runs on a worker.) Wrap Marlin MoE's aligner with `canonical_order`; False where vLLM has no such module."""
-    import importlib
-
-    try:
-        module = importlib.import_module(MARLIN_MODULE)
-    except ImportError:
-        return False
-    return hasattr(module, ALIGNER) and engage_module(module)
+    module = marlin_module()
+    return module is not None and hasattr(module, ALIGNER) and engage_module(module)
 
 
 def _compare(first, second) -> dict:

@@ -278,11 +278,16 @@ def asdict_config(cfg: TierConfig) -> dict:
     return out
 
 
+def loaded_model(worker):
+    """(Runs on a worker.) The model it has loaded: its runner's `get_model()` where it has one, else `.model`."""
+    runner = worker.model_runner
+    return runner.get_model() if hasattr(runner, "get_model") else runner.model
+
+
 def moe_methods(worker) -> dict:
     """(Runs on a worker.) Per quantization-method class of the loaded model's MoE layers: how many layers use it and
     its kernel-choosing attributes (names with kernel/backend/marlin/experts; objects by their class name)."""
-    runner = worker.model_runner
-    model = runner.get_model() if hasattr(runner, "get_model") else runner.model
+    model = loaded_model(worker)
     found: dict = {}
     for module in model.modules():
         qm = getattr(module, "quant_method", None)
