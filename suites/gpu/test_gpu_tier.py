@@ -26,10 +26,6 @@ def _check(tier, name: str, ok: bool, measured: str) -> None:
     tier.facts.setdefault("checks", []).append({"check": name, "result": "pass" if ok else "fail", "measured": measured})
 
 
-def _max_diff(a: list, b: list) -> float:
-    return max(float((x.float() - y.float()).abs().max()) for x, y in zip(a, b))
-
-
 def test_batch_shapes_dtype_finite(tier):
     gen, prompts = tier.generator, tier.prompts
     t0 = time.perf_counter()
@@ -70,12 +66,20 @@ def _pairs(a: list, b: list) -> list:
 def test_prompt_alone_equals_prompt_in_batch(tier):
     batch = tier.reference_batch()
     assert len(batch) == len(tier.prompts) > 0
-    worst = 0.0
+    layers = tier.generator.layer_ids
+    by_layer = [0.0] * len(layers)  # where along the stack a prompt's states first leave the bound
+    over = 0
+    tol = bound(tier.cfg.dtype, [h for r in batch for h in r["hidden_states"]])
     for i, p in enumerate(tier.prompts):
         alone = tier.generator.generate([p])[0]["hidden_states"]
-        worst = max(worst, _max_diff(alone, batch[i]["hidden_states"]))
-    tol = bound(tier.cfg.dtype, [h for r in batch for h in r["hidden_states"]])
-    _check(tier, "each prompt alone == inside the batch", worst <= tol, f"max abs diff {worst:.3g} (tolerance {tol:.3g})")
+        diffs = [float((x.float() - y.float()).abs().max()) for x, y in zip(alone, batch[i]["hidden_states"])]
+        by_layer = [max(a, b) for a, b in zip(by_layer, diffs)]
+        over += max(diffs) > tol
+    worst = max(by_layer)
+    tier.facts["alone_vs_batch_by_layer"] = dict(zip(map(str, layers), by_layer))
+    _check(tier, "each prompt alone == inside the batch", worst <= tol,
+           f"max abs diff {worst:.3g} (tolerance {tol:.3g}); {over} of {len(tier.prompts)} prompts over it; by "
+           "captured layer: " + ", ".join(f"{lid}: {d:.3g}" for lid, d in zip(layers, by_layer)))
     assert worst <= tol
 
 
