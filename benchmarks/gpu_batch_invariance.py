@@ -103,7 +103,8 @@ def main() -> int:
     p.add_argument("--attention-backend", default="TRITON_ATTN", help="empty: vLLM's choice")
     p.add_argument("--dtype", default="bfloat16")
     args = p.parse_args()
-    from harness import models, versions
+    from harness.subjects import models
+    from harness.installed import versions
 
     try:
         from gpu_extraction_profile import shape_fixture

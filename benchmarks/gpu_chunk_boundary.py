@@ -22,9 +22,9 @@ def _segments(worker):
 def main() -> int:
     import torch
 
-    from harness import reference
+    from harness.subjects import reference
     from harness.gpu.tier import bound
-    from harness.prompts import random_prompts
+    from harness.subjects.prompts import random_prompts
     from harness.runtime.generator import HarnessGenerator, Options
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

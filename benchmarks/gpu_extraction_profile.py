@@ -19,7 +19,7 @@ harness's own seeded generator (no hub; stored in bf16) on the GPU machine itsel
 Both engines are started once, extraction (`HarnessGenerator`, speculators' own generator through the
 shims) first and then plain vLLM with the same scheduler limits (speculators': 32 sequences,
 max(8192, max_model_len) tokens a step, eager, prefix caching off); they are timed in interleaved pairs
-(`harness.bench.paired`). Each extraction call is split into phases by wrapping the objects speculators'
+(`harness.scenarios.bench.paired`). Each extraction call is split into phases by wrapping the objects speculators'
 loop calls (scheduler, execute_model, each RPC); "rest" is speculators' slicing and copies plus our checks.
 `--cprofile` adds the top functions of one extraction call. `--transports shm` adds a round with the
 end-of-batch hand-off on the same engines (the worker switches; `harness.runtime.transport`) and checks its
@@ -73,7 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.gpu import flops as model_flops  # noqa: E402 - after the path set-up
 from harness.contracts.base import strip_machine_paths  # noqa: E402
-from harness.prompts import random_prompts  # noqa: E402
+from harness.subjects.prompts import random_prompts  # noqa: E402
 from harness.runtime.executor_view import PendingStep  # noqa: E402
 
 #: Environment variables that change what is measured, recorded in the report beside every VLLM_* one.
@@ -105,7 +105,7 @@ def shape_fixture(name: str) -> dict:
         return {"description": f"benchmark shape {name}", "seed": 20261202,
                 "store_dtype": "bfloat16", "hf_config": copy.deepcopy(cfg)}
     if name == "kimi-wide":
-        from harness import models
+        from harness.subjects import models
 
         fx = copy.deepcopy(models.load_fixture("tiny-kimi-k25"))
         fx["description"] = "benchmark shape kimi-wide: Kimi-K2.5 at the real width, cut in depth and experts"
@@ -118,7 +118,7 @@ def shape_fixture(name: str) -> dict:
 
 def flop_model(fixture: dict) -> dict:
     """Parameters by role (from the harness's weight layout of the shape) and the attention dimensions."""
-    from harness import models
+    from harness.subjects import models
 
     return model_flops.flop_model(fixture["hf_config"], [(n, tuple(shape), "BF16") for n, shape, _ in models.weight_layout(fixture)])
 
@@ -161,7 +161,7 @@ def start_ours(model, max_model_len: int, share: float, backend: str | None):
 
 
 def start_plain(model, max_model_len: int, share: float, backend: str | None):
-    from harness import bench
+    from harness.scenarios import bench
 
     return bench.plain_engine(model.path, "bfloat16", max_model_len, gpu_memory_utilization=share,
                               language_model_only=bool((model.run_options or {}).get("language_model_only")),
@@ -208,7 +208,7 @@ def speculators_default_ids(num_layers: int) -> list[int]:
 
 def measure_native(model, plain, prompts, layer_ids, captured_bytes: int, args, tokens: int, flops: float) -> dict:
     """vLLM's native export against `plain` in interleaved pairs (the engine started here and always closed)."""
-    from harness import bench
+    from harness.scenarios import bench
 
     storage = Path("/dev/shm" if shm_free() > 3 * captured_bytes else tempfile.gettempdir())
     storage = Path(tempfile.mkdtemp(prefix="native-bench-", dir=storage))
@@ -291,7 +291,8 @@ def gpu_profile(gen, prompts, mode: str, fast: bool = False) -> dict:
 def measure(args) -> dict:
     import torch
 
-    from harness import bench, models
+    from harness.scenarios import bench
+    from harness.subjects import models
     from harness.runtime import transport
 
     fixture = shape_fixture(args.shape)

@@ -16,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.cli_text import EXIT_CODES, INTERNAL, NEEDS, version as harness_version
-from harness.paths import CHECKOUT, REPO_ROOT, REPORTS, SUITES, SUITES_BASE
+from harness.support.cli_text import EXIT_CODES, INTERNAL, NEEDS, version as harness_version
+from harness.support.paths import CHECKOUT, REPO_ROOT, REPORTS, SUITES, SUITES_BASE
 
 CPU_SUITES = SUITES["cpu"]
 #: The matrix's quick run: every contract probe, the end-to-end checks, the native-export cross-check and the
@@ -45,7 +45,7 @@ def _fail(message: str) -> int:
 
 
 def cmd_expectations(args) -> int:
-    from harness import versions
+    from harness.installed import versions
     from harness.reporting import expectations
 
     if getattr(args, "draft_from", None):
@@ -64,7 +64,7 @@ def cmd_expectations(args) -> int:
 
 def cmd_run(args) -> int:
     """The conformance run for the installed vLLM: contracts, shim proofs, e2e, bad input; writes reports/<env>.*."""
-    from harness import versions
+    from harness.installed import versions
 
     from harness.envs.tox_envs import env_refusal
 
@@ -75,7 +75,7 @@ def cmd_run(args) -> int:
     elsewhere = any(a.startswith("--harness-report-dir") for a in args.pytest_args)  # reports/ is shared: held
     if not elsewhere and (refusal := env_refusal(args.env, versions.vllm_version())):
         return _fail(refusal)
-    from harness import fdio
+    from harness.support import fdio
     from harness.testing.recording import observe_only
 
     with tempfile.TemporaryFile() as held:
@@ -107,7 +107,7 @@ def cmd_run(args) -> int:
         fdio.replay(held)
     import pytest
 
-    from harness import parallel
+    from harness.support import parallel
 
     try:
         workers = parallel.jobs(args.jobs)
@@ -211,7 +211,7 @@ def cmd_matrix(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from harness import bench
+    from harness.scenarios import bench
 
     result = bench.run(args.model, pairs=args.pairs)
     path = bench.write(args.env, result, Path(args.report_dir))
@@ -275,7 +275,7 @@ def cmd_envfix(args) -> int:
 
 
 def cmd_surface(args) -> int:
-    from harness import surface
+    from harness.installed import surface
 
     if args.shims:
         from harness.gate import shim_surface
@@ -303,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quick", action="store_true", help="contract probes and e2e only (the matrix's run)")
     r.add_argument("--jobs", default=os.environ.get("HARNESS_JOBS", "1"),
                    help="pytest-xdist workers: a number, or auto (a worker per 2 cores, bounded by available memory; "
-                        "harness.parallel). Default 1: on 2 cores two workers were slower")
+                        "harness.support.parallel). Default 1: on 2 cores two workers were slower")
     r.add_argument("--skip-expectation-check", action="store_true", help=argparse.SUPPRESS)
     r.add_argument("--strict", action="store_true",
                    help="refuse a vLLM without an expectations file (exit 2) instead of observing it")

@@ -39,11 +39,11 @@ class ModelRun:
 
 
 def _start(name: str) -> ModelRun:
-    from harness import models
+    from harness.subjects import models
     from harness.contracts import mla
     from harness.contracts.base import Attempt
     from harness.runtime.generator import HarnessGenerator, options_for
-    from harness.probe_context import MAX_MODEL_LEN, ProbeContext
+    from harness.testing.probe_context import MAX_MODEL_LEN, ProbeContext
 
     model = models.build(name)
     tc = model.text_config
@@ -62,7 +62,7 @@ def _start(name: str) -> ModelRun:
 def runs():
     """`runs(name)`: the session's shared ModelRun for a tiny model, started on first use (and again after it
     was closed to make room for another: harness.testing.room)."""
-    from harness.processes import adopt_session_processes
+    from harness.support.processes import adopt_session_processes
     from harness.testing import room
 
     started: dict[str, ModelRun] = {}  # in order of last use, oldest first

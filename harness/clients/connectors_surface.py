@@ -3,7 +3,7 @@
 speculators 0.8+ takes its hidden-states connectors from the separate `hs-connectors` package, which imports
 vLLM internals (the connector base class and its metadata, the example connector it subclasses, config and
 parallel-state helpers) and declares no vLLM requirement at all. Its used surface is derived here from its wheel,
-as `harness.surface` does for speculators 0.3.0, and stored under `fixtures/surfaces/` for the gate and the
+as `harness.installed.surface` does for speculators 0.3.0, and stored under `fixtures/surfaces/` for the gate and the
 probes: per module, the vLLM names it imports (at any depth), its calls and attribute reads, and each class with
 its bases and the methods it defines (a subclass that overrides a private method, like the FP8 connector's
 `_write_tensors`, depends on that method's signature).
@@ -17,7 +17,7 @@ import ast
 import json
 from pathlib import Path
 
-from harness.paths import FIXTURES
+from harness.support.paths import FIXTURES
 
 PROJECT = "hs-connectors"
 PACKAGE = "hs_connectors"
@@ -38,7 +38,7 @@ def _classes(tree: ast.Module) -> dict:
 
 
 def parse(version: str) -> dict:
-    from harness import surface
+    from harness.installed import surface
     from harness.clients.wheels import wheel_tree
 
     root = wheel_tree(PROJECT, version) / PACKAGE

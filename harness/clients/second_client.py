@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.paths import SOURCE_ROOT
+from harness.support.paths import SOURCE_ROOT
 
 VERSION = "0.4.0"
 
@@ -47,7 +47,7 @@ def supports_installed_vllm(tree: Path) -> tuple[bool, str]:
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
-    from harness.versions import vllm_version
+    from harness.installed.versions import vllm_version
 
     spec, installed = supported_range(tree), vllm_version()
     release = Version(".".join(map(str, Version(installed).release[:3])))  # 0.11.1.post2 -> 0.11.1

@@ -134,12 +134,12 @@ def run(name: str, *, clients: tuple[str, ...] = CLIENTS, dtype: str = "float32"
     """Ours, then one server that every release in `clients` is driven against in turn (each sends all prompts).
     `sync_writer`: as VllmServer's (None: chosen by probing). The report's `serve` says how the server started
     (or why not); `clients[version]` each release's result; the top level the last-layer finding."""
-    from harness import models
+    from harness.subjects import models
     from harness.contracts import mla
     from harness.clients.declared import transformers_finding
     from harness.clients.vllm_client import extract
     from harness.clients.server import ServerError, VllmServer
-    from harness.prompts import random_prompts
+    from harness.subjects.prompts import random_prompts
     from harness.runtime.generator import HarnessGenerator, options_for
 
     model = models.build(name)
@@ -257,7 +257,7 @@ def main(argv=None) -> int:
     ap.add_argument("--attention-backend")
     ap.add_argument("--gpu-memory-utilization", type=float)
     args = ap.parse_args(argv)
-    from harness import versions
+    from harness.installed import versions
     from harness.reporting.report import write_atomic
     from harness.reporting.stable import stable
 

@@ -11,7 +11,7 @@ import os
 import zipfile
 from pathlib import Path
 
-from harness.paths import CACHE
+from harness.support.paths import CACHE
 
 CLIENT_FILE = "speculators/data_generation/vllm_client.py"
 #: Where unpacked client wheels live (a folder of speculators-<version>-*.whl may be given instead, for a

@@ -12,7 +12,7 @@ import functools
 from importlib import import_module
 
 from harness.contracts.base import Attach, Shim
-from harness.models import fixture_names
+from harness.subjects.models import fixture_names
 
 #: Contract ids in the order speculators' run meets them. The order matters where shims compose: shims on the
 #: same name apply in this order (C-chunkedprefill wraps the Scheduler that C-sched's shim builds).
@@ -31,7 +31,7 @@ E2E_MODELS = tuple(fixture_names())
 def global_model() -> str:
     """The tiny model the once-per-vLLM contracts (and their proofs) run on: the one fixture that says
     `"global_contracts": true` (data in fixtures/models/, never a name here)."""
-    from harness.models import load_fixture
+    from harness.subjects.models import load_fixture
 
     chosen = [m for m in E2E_MODELS if load_fixture(m).get("global_contracts")]
     if len(chosen) != 1:
@@ -84,7 +84,7 @@ def global_ids() -> list[str]:
 def model_types() -> list[str]:
     """The `model_type` of every tiny model's checkpoint: the GPU tier keys its per-model rows by a checkpoint's
     model type (real checkpoints have no fixture name), and the CUDA expectation files name rows so."""
-    from harness.models import load_fixture
+    from harness.subjects.models import load_fixture
 
     return sorted({load_fixture(m)["hf_config"]["model_type"] for m in E2E_MODELS})
 

@@ -52,7 +52,7 @@ def strip_machine_paths(text: str) -> str:
     module reads as its import path (`vllm/v1/core/sched/scheduler.py`)."""
     import sys
 
-    from harness.paths import SOURCE_ROOT
+    from harness.support.paths import SOURCE_ROOT
 
     text = _SITE_PACKAGES.sub("", text)
     roots = {str(SOURCE_ROOT)} | {p.rstrip("/") for p in sys.path if p.startswith("/") and p.count("/") > 1}
@@ -63,7 +63,7 @@ def strip_machine_paths(text: str) -> str:
 
 def short_path(filename: str) -> str:
     """A traceback file name without the machine-specific prefix (site-packages/ or the repo root)."""
-    from harness.paths import SOURCE_ROOT
+    from harness.support.paths import SOURCE_ROOT
 
     if "site-packages/" in filename:
         return filename.split("site-packages/")[-1]

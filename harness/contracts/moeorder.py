@@ -117,7 +117,7 @@ def _differing(found: list) -> int:
 
 def worker_probe(worker) -> dict:
     """Not applicable (why), or speculators' attempt (vLLM's layouts) and the shimmed one (canonical layouts)."""
-    # read here, not through a helper: the gate's shim surface (harness.surface) sees the runner names used here
+    # read here, not through a helper: the gate's shim surface (harness.installed.surface) sees the runner names used here
     model = worker.model_runner.get_model() if hasattr(worker.model_runner, "get_model") else worker.model_runner.model
     facts = marlin_moe_layers(model)
     if not facts["layers"]:

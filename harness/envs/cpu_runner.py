@@ -7,7 +7,7 @@ no-Triton V2 CPU runner (vllm/v1/worker/cpu/standalone_model_runner.py) is selec
 `HARNESS_CPU_RUNNER=standalone`; this plugin then activates a CPU platform that differs in two places: it
 selects the standalone runner whenever Triton is absent, on x86 too, and its config check skips the refusal of x86
 without Triton (which guards the Triton runner it no longer builds). Unset, the plugin declines and vLLM chooses
-its platform as always. Every report of such a run says so (`harness.versions.runtime`): it observed vLLM's
+its platform as always. Every report of such a run says so (`harness.installed.versions.runtime`): it observed vLLM's
 standalone CPU runner, not the x86 Triton runner users of a vLLM CPU wheel get.
 
 Registered under vLLM's `vllm.platform_plugins` entry point (pyproject.toml); vLLM resolves platform plugins in

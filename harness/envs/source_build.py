@@ -31,7 +31,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from harness.paths import FIXTURES
+from harness.support.paths import FIXTURES
 
 RECIPES = FIXTURES / "envs" / "source-builds.toml"
 PROVENANCE = "provenance.json"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from harness.paths import FIXTURES
+from harness.support.paths import FIXTURES
 
 MATRIX_FILE = FIXTURES / "envs" / "matrix.toml"
 BEGIN, END = "# --- matrix envs: rendered by `python -m harness tox-envs` from fixtures/envs/matrix.toml ---", "# --- end of matrix envs ---"

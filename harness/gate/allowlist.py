@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.gate.facts import Finding
-from harness.paths import FIXTURES
+from harness.support.paths import FIXTURES
 
 DEFAULT = FIXTURES / "gate" / "allowlist.toml"
 

@@ -11,7 +11,7 @@ import json
 import tomllib
 from pathlib import Path
 
-from harness.paths import FIXTURES, REPORTS
+from harness.support.paths import FIXTURES, REPORTS
 
 VERIFIED = FIXTURES / "gate" / "verified.toml"
 WRITTEN_FOR = "0.11.0"

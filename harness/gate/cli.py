@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.paths import REPORTS
+from harness.support.paths import REPORTS
 from harness.reporting.report import write_atomic
 
 HELP = "pre-upgrade gate: can speculators move to another vLLM? (static reading of the sources)"
@@ -334,7 +334,7 @@ def _provenance(got) -> dict:
 
 
 def _display(path: Path) -> str:
-    from harness.paths import REPO_ROOT
+    from harness.support.paths import REPO_ROOT
 
     path = Path(path).resolve()
     return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)

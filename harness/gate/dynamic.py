@@ -14,7 +14,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from harness.paths import REPO_ROOT, REPORTS
+from harness.support.paths import REPO_ROOT, REPORTS
 from harness.reporting.report import read as read_report
 
 #: Why `dynamic_check` has nothing to say; the gate prints it next to each contract it leaves open.

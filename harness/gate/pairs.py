@@ -17,7 +17,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from harness.paths import REPORTS
+from harness.support.paths import REPORTS
 
 FIRST, LAST = "0.11.0", "0.34.0"
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from harness.gate import runners
 from harness.gate.facts import RUNTIME, Fact
-from harness.paths import FIXTURES, SOURCE_ROOT
+from harness.support.paths import FIXTURES, SOURCE_ROOT
 
 FIXTURE = FIXTURES / "surfaces" / "harness-shims.json"
 #: The harness code that touches vLLM at run time, relative to the repository root.

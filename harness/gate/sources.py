@@ -35,8 +35,8 @@ from pathlib import Path, PurePosixPath
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from harness.paths import CACHE
-from harness.progress import Progress
+from harness.support.paths import CACHE
+from harness.support.progress import Progress
 
 PROJECT = "vllm"
 DEFAULT_INDEX = "https://pypi.org/simple"

@@ -1,6 +1,6 @@
 """speculators' used vLLM surface as the gate reads it: a fixture generated from speculators' source.
 
-The fixture (`fixtures/surfaces/speculators-X.Y.Z.json`) holds what `harness.surface` reads from the
+The fixture (`fixtures/surfaces/speculators-X.Y.Z.json`) holds what `harness.installed.surface` reads from the
 installed speculators (imports, calls with keyword names, attribute reads, collective_rpc method
 names) plus *bindings*: which name holds the result of which call (`self.executor = MultiprocExecutor(...)`,
 `scheduler_output := self.scheduler.schedule()`). Bindings let the gate follow
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from harness import surface
-from harness.paths import FIXTURES
+from harness.installed import surface
+from harness.support.paths import FIXTURES
 from harness.reporting.report import write_atomic
 
 DEFAULT_SPECULATORS = "0.3.0"

@@ -85,7 +85,7 @@ def seeded_tensors(path: str | Path, config: dict) -> list[tuple[str, tuple, str
     unpacked; [] where it says neither."""
     import copy
 
-    from harness import models
+    from harness.subjects import models
     from harness.runtime.inputs import SEEDED_MARKER
 
     marker = Path(path) / SEEDED_MARKER

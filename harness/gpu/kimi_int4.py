@@ -55,7 +55,7 @@ QUANTIZATION = {
 def fixture(layers: int = 3) -> dict:
     """The tiny-kimi-k25 fixture (architecture, remote-code config, tiny vision config never built) with the
     released text model at `layers` layers and the released quantization."""
-    from harness import models
+    from harness.subjects import models
 
     if not 2 <= layers <= LAYERS:
         raise ValueError(f"layers must be 2..{LAYERS} (one dense layer, then MoE layers), got {layers}")
@@ -70,7 +70,7 @@ def fixture(layers: int = 3) -> dict:
 
 def folder(layers: int = 3, root: Path | None = None) -> Path:
     """The config folder of the `layers`-layer model (written once, atomically, keyed by its content)."""
-    from harness import models
+    from harness.subjects import models
     from harness.runtime.inputs import SEEDED_MARKER
 
     fx = fixture(layers)

@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     if not (Path(args.model_path) / "config.json").is_file():
         print(f"harness.gpu.moe_order: no config.json in {args.model_path}", file=sys.stderr)
         return 2
-    from harness import versions
+    from harness.installed import versions
 
     result = experiment(args.model_path, args.tp, args.gpu_memory_utilization, args.attention_backend)
     result["versions"] = versions.snapshot()

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.paths import FIXTURES, REPORTS
+from harness.support.paths import FIXTURES, REPORTS
 
 DEFAULT_TP = 8
 DEFAULT_PROMPTS = FIXTURES / "prompts" / "gpu-prompts.json"

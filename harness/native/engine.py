@@ -13,7 +13,7 @@ from harness.contracts.base import summarize
 from harness.native.engine_log import engine_output_to, root_cause
 from harness.native.files import NativeExport, layers_asked, layout_of, read_export
 from harness.native.layer_ids import map_layer_ids
-from harness.runtime import shm_orphans
+from harness.support import shm_orphans
 
 METHOD = "extract_hidden_states"
 CONNECTOR = "ExampleHiddenStatesConnector"
@@ -55,7 +55,7 @@ def default_gpu_memory_utilization(wanted: float = 0.8) -> float:
 def engine_kwargs(model, native_ids: list[int], storage, *, max_model_len: int = 512, chunked_prefill: bool = False,
                   attention_backend: str | None = None, gpu_memory_utilization: float | None = None,
                   dtype: str = "float32") -> dict:
-    """`LLM(**kwargs)` for the native path on `model` (a harness.models.TinyModel), float32 unless `dtype` says
+    """`LLM(**kwargs)` for the native path on `model` (a harness.subjects.models.TinyModel), float32 unless `dtype` says
     otherwise (the GPU benchmark's real shapes run in bfloat16, as plain prefill and ours do there).
 
     Scheduler limits follow speculators' (32 sequences per step) and the harness benchmark's, with
@@ -208,7 +208,7 @@ class NativeExporter:
         """Shut the engine (and its worker processes) down; idempotent; removes our temporary folder."""
         llm, self.llm = self.llm, None
         if llm is not None:
-            from harness.bench import shutdown
+            from harness.scenarios.bench import shutdown
 
             shutdown(llm)
             del llm

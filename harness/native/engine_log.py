@@ -7,7 +7,7 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness import fdio
+from harness.support import fdio
 from harness.contracts.base import summarize
 
 

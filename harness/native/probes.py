@@ -81,7 +81,9 @@ def runner_refusal() -> str | None:
     vLLM's export runs in. Asked of vLLM itself: an engine config with the native keys for the suite's global tiny
     model. Then the native path and the server clients are not runnable on this build (not broken in vLLM): said
     with vLLM's words, never as a pass."""
-    from harness import contracts, models, versions
+    from harness import contracts
+    from harness.subjects import models
+    from harness.installed import versions
 
     chosen = versions.runtime()
     if chosen is None:

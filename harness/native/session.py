@@ -11,7 +11,7 @@ from harness.native.engine_log import platform_failure
 from harness.native.layer_ids import map_layer_ids
 from harness.native.probes import availability
 from harness.native.rows import NativeProbe
-from harness.prompts import random_prompts
+from harness.subjects.prompts import random_prompts
 
 GPU_SHARE = 0.1  # of the card, per native engine on CUDA
 
@@ -67,7 +67,7 @@ def start(name: str, ours) -> NativeRun:
     if not ok:
         nr.skip = why
         return nr
-    from harness.processes import adopt_session_processes
+    from harness.support.processes import adopt_session_processes
 
     model = ours.model
     layers = layers_of(ours)

@@ -28,7 +28,7 @@ class Verdict:
     @property
     def fixture_refused(self) -> bool:
         """The start failed inside the harness's own tiny-model stand-in code (a limit of our fixture)."""
-        from harness.models import TEXT_ONLY_REFUSAL
+        from harness.subjects.models import TEXT_ONLY_REFUSAL
 
         return not self.started.ok and TEXT_ONLY_REFUSAL in (self.started.error or "")
 
@@ -81,7 +81,7 @@ def plain_vllm_logprobs(model, prompts: list[list[int]], max_model_len: int = 51
     """Per prompt, the logprob plain vLLM gives each prompt token after the first."""
     from vllm import LLM, SamplingParams
 
-    from harness.bench import shutdown
+    from harness.scenarios.bench import shutdown
 
     llm = LLM(**_engine_kwargs(model, max_model_len))
     try:
@@ -95,7 +95,7 @@ def plain_vllm_logprobs(model, prompts: list[list[int]], max_model_len: int = 51
 def transformers_logprobs(model, prompts: list[list[int]]) -> list[list[float]]:
     import torch
 
-    from harness import reference
+    from harness.subjects import reference
 
     ref = reference.load(str(model.path))
     out = []
@@ -119,15 +119,20 @@ def _in_child(model, prompts: list[list[int]]) -> list[list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "logprobs.json"
         code = ("import json, sys\n"
-                "from harness import models\nfrom harness.reporting.attribution import plain_vllm_logprobs\n"
+                "from harness.subjects import models\nfrom harness.reporting.attribution import plain_vllm_logprobs\n"
                 "if __name__ == '__main__':\n"
                 f"    m = models.build({model.name!r})\n"
                 f"    prompts = json.loads(open({str(out) + '.in'!r}).read())\n"
                 f"    open({str(out)!r}, 'w').write(json.dumps(plain_vllm_logprobs(m, prompts)))\n")
         Path(str(out) + ".in").write_text(json.dumps(prompts))
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
-        if proc.returncode == 0 and out.is_file():
-            return json.loads(out.read_text())
+        # A child killed by a signal without an error of its own (seen once on vLLM 0.16's CPU build: SIGABRT)
+        # gets one more try; a child that reported an error never does.
+        for _attempt in range(2):
+            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+            if proc.returncode == 0 and out.is_file():
+                return json.loads(out.read_text())
+            if proc.returncode >= 0 or re.search(r"(?:Error|Exception): ", proc.stdout + proc.stderr):
+                break
     errors = [m.group(0).strip() for line in (proc.stdout + proc.stderr).splitlines()
               if (m := re.search(r"\b\w*(?:Error|Exception): .*", line))]
     root = next((e for e in errors if "initialization failed" not in e), errors[-1] if errors else f"exit {proc.returncode}")

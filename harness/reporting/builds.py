@@ -73,13 +73,24 @@ def _tier_model(rep: dict) -> tuple[bool, str, list[str]]:
     return True, f"{len(rep['checks'])} checks passed", shims
 
 
+ALONE_CHECK = "each prompt alone == inside the batch"
+
+
 def _tier_fault(models: dict) -> str:
     """Whose fault a failed tier run is: vLLM's, naming the module, where the tier's diagnosis found one whose output
-    changed on equal inputs (harness.gpu.module_determinism); else the tier report decides."""
+    changed on equal inputs (harness.gpu.module_determinism); vLLM's where a prompt's states change with the rest of
+    its batch (its kernels' batch variance: nothing of the harness runs between the captured layers), with the
+    largest difference at each captured layer; else the tier report decides."""
     for m, (_p, rep) in sorted(models.items()):
         culprit = (rep.get("nondeterministic_module") or {}).get("culprit")
         if culprit:
             return f"vLLM: on {m}, {culprit['class']} ({culprit['module']}) differs on equal inputs"
+    for m, (_p, rep) in sorted(models.items()):
+        by_layer = rep.get("alone_vs_batch_by_layer")
+        if by_layer and any(c["check"] == ALONE_CHECK and c.get("result") != "pass" for c in rep["checks"]):
+            diffs = ", ".join(f"{k}: {v:.3g}" for k, v in sorted(by_layer.items(), key=lambda kv: int(kv[0])))
+            return (f"vLLM: on {m}, a prompt's states change with the rest of its batch (largest difference by "
+                    f"captured layer: {diffs})")
     return "see the tier report"
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.contracts.base import Outcome
-from harness.paths import FIXTURES
+from harness.support.paths import FIXTURES
 
 OUTCOMES = {o.value for o in Outcome}
 
@@ -66,7 +66,7 @@ FACTS = {"amx": "on CPUs with AMX"}
 
 
 def platform_facts() -> dict[str, bool]:
-    from harness.versions import cpu
+    from harness.installed.versions import cpu
 
     return {"amx": cpu()["amx"]}
 
@@ -123,7 +123,7 @@ def load_file(path: Path, facts: dict[str, bool] | None = None) -> dict[str, Exp
 
 def _shown(folder: Path) -> str:
     """A folder as messages (and the reports that quote them) show it: relative to the repo, else its name."""
-    from harness.paths import REPO_ROOT
+    from harness.support.paths import REPO_ROOT
 
     folder = Path(folder).resolve()
     return str(folder.relative_to(REPO_ROOT)) if folder.is_relative_to(REPO_ROOT) else f"<{folder.name}>"

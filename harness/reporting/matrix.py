@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from harness.envs.tox_envs import versions
-from harness.paths import REPORTS
+from harness.support.paths import REPORTS
 from harness.reporting import builds, client_axis
 from harness.reporting.report import PROOF_NEEDED, PROOF_NOT_RUN, SUBSET, judge, read
 

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from harness.paths import REPORTS
+from harness.support.paths import REPORTS
 from harness.reporting.matrix import PROOF_MARK, bench_cell, merge, short_cell, to_markdown
 
 #: Okabe-Ito tints, safe for the common colour-vision deficiencies: blue = works, yellow = works through shims,

@@ -9,7 +9,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 from harness.reporting.stable import map_strings, text
 
 SCHEMA = "harness-env-report/2"

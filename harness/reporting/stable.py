@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    from harness.paths import REPO_ROOT
+    from harness.support.paths import REPO_ROOT
 
     ap = argparse.ArgumentParser(prog="python -m harness.reporting.stable", description=main.__doc__)
     ap.add_argument("--rev", default="HEAD", help="the commit to compare reports/ with (default HEAD)")

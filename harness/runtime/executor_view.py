@@ -18,7 +18,8 @@ from typing import Any
 
 from harness import contracts
 from harness.contracts.base import Attach
-from harness.runtime import shm_orphans, transport
+from harness.runtime import transport
+from harness.support import shm_orphans
 
 
 #: The RPC speculators sends once a batch's requests are added, before its first step.

@@ -24,8 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from harness.runtime.pinning import CudaPins, Pins
+from harness.support.shm_orphans import SHM
 
-SHM = "/dev/shm"
 ALIGN = 64
 METHOD = "_get_captured_states"
 #: The worker's hand-offs: step by step into shared memory (default), after the last step into shared memory,

@@ -15,9 +15,9 @@ the point: libraries with lazy module attributes are not safe to import from two
 `ImportError: cannot import name 'AutoConfig' from 'transformers'` in a job while the main thread imported
 transformers too, 2 fresh-clone runs in 3), and two threads building the same cached model would race as well.
 
-The jobs' processes carry `harness.processes.JOB_MARK` = this process's pid in their environment (their own
+The jobs' processes carry `harness.support.processes.JOB_MARK` = this process's pid in their environment (their own
 children inherit it), so the leak check leaves them to their job, not to whichever test happens to be running
-(`harness.processes.children`). At session end, what is still running is killed and waited for: no process
+(`harness.support.processes.children`). At session end, what is still running is killed and waited for: no process
 outlives the session, pass or fail.
 """
 
@@ -43,7 +43,7 @@ def job(name: str):
 
 def env(base: dict | None = None) -> dict:
     """The environment for a job's child process (`base`, else this one's), marked as the job's."""
-    from harness.processes import JOB_MARK
+    from harness.support.processes import JOB_MARK
 
     return {**(os.environ if base is None else base), JOB_MARK: str(os.getpid())}
 
@@ -97,7 +97,7 @@ def stop() -> None:
     global _POOL
     if _POOL is None:
         return
-    from harness.processes import owned_by_jobs, reap
+    from harness.support.processes import owned_by_jobs, reap
 
     for fut in _FUTURES.values():
         fut.cancel()

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from harness.processes import SESSION_PROCESSES, children, reap
-from harness.runtime.shm_orphans import discard_openmp_registrations, entries, mapped_shm, openmp_registration_pid
-from harness.runtime.transport import SHM
+from harness.support.processes import SESSION_PROCESSES, children, reap
+from harness.support.shm_orphans import (SHM, discard_openmp_registrations, entries, mapped_shm,
+                                         openmp_registration_pid)
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +44,7 @@ def shm_left(before: set[str], wait_s: float = 10.0) -> set[str]:
     (waiting up to `wait_s` for owners that are still shutting down to unlink theirs)."""
     deadline = time.monotonic() + wait_s
     while True:
-        discard_openmp_registrations(directory=SHM)  # of processes that have ended (see harness.runtime.shm_orphans)
+        discard_openmp_registrations(directory=SHM)  # of processes that have ended (see harness.support.shm_orphans)
         left = {n for n in (shm_entries() - before) - mapped_shm(SHM)
                 if not n.startswith(TRACKED_AT_EXIT) and openmp_registration_pid(n) is None}  # live ones' own
         if not left or time.monotonic() >= deadline:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from harness.paths import REPORTS
+from harness.support.paths import REPORTS
 
 
 def pytest_addoption(parser):

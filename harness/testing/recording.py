@@ -31,7 +31,7 @@ def not_applicable_if_declared_broken(expectations, model_name: str, failure: st
 
 @pytest.fixture(scope="session")
 def harness_meta() -> dict:
-    from harness import versions
+    from harness.installed import versions
 
     return versions.snapshot()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.processes import children, owned_by_jobs, reap
+from harness.support.processes import children, owned_by_jobs, reap
 from harness.testing.collector import COLLECTOR, E2E, META, NOTE, OBS, PROOF, STARTS, Collector
 from harness.testing.recording import NA_PREFIX, observe_only
 
@@ -127,9 +127,9 @@ def pytest_xdist_node_collection_finished(node, ids):
 
 
 def suite_files() -> dict[str, list[str]]:
-    """The test files of each complete run (harness.paths.SUITES), relative to harness.paths.SUITES_BASE: a run that leaves any
+    """The test files of each complete run (harness.support.paths.SUITES), relative to harness.support.paths.SUITES_BASE: a run that leaves any
     of them out is a subset."""
-    from harness.paths import SUITES, SUITES_BASE
+    from harness.support.paths import SUITES, SUITES_BASE
 
     return {kind: sorted(str(p.relative_to(SUITES_BASE)) for d in dirs for p in (SUITES_BASE / d).rglob("test_*.py"))
             for kind, dirs in SUITES.items()}
@@ -207,7 +207,7 @@ def pytest_sessionfinish(session, exitstatus):
     if config.getoption("--harness-no-report") or not (ran or (col.interrupted and col.collected)):
         return
     if not col.meta:  # nothing observed (e.g. no generator started): still say which vLLM failed
-        from harness import versions
+        from harness.installed import versions
 
         try:
             col.meta = versions.snapshot()

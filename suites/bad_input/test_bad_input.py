@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 from harness.runtime.executor_view import WorkerTimeout
 from harness.runtime.generator import HarnessGenerator
 from harness.runtime.inputs import HarnessInputError, TruncationWarning
@@ -77,7 +77,7 @@ def test_hung_worker_times_out_and_executor_is_shut_down(runs):
     """A worker that stops answering: a clear WorkerTimeout, and the executor's workers are gone."""
     import psutil
 
-    from harness.processes import children
+    from harness.support.processes import children
 
     run = runs(LLAMA)
     before = set(children())  # live, not a background job's (those come and go beside this test), no tracker
@@ -200,7 +200,7 @@ def test_torch_and_numpy_integer_prompts_are_accepted(runs):
 
 
 def _run_cli(tmp_path, text: str, observe: bool) -> subprocess.CompletedProcess:
-    from harness import versions
+    from harness.installed import versions
 
     (tmp_path / f"vllm-{versions.vllm_version()}-{versions.device_type()}.toml").write_text(text)
     env = {**os.environ, "HARNESS_EXPECTATIONS_DIR": str(tmp_path), "HARNESS_OBSERVE": "1" if observe else "0"}
@@ -220,7 +220,7 @@ def test_malformed_expectations_file_is_one_line_exit_2(tmp_path, observe):
 
 
 def _has_expectations() -> bool:
-    from harness import versions
+    from harness.installed import versions
     from harness.reporting import expectations
 
     return expectations.file_for(versions.vllm_version(), versions.device_type()).is_file()

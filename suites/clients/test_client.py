@@ -51,7 +51,7 @@ def test_connectors_contract(record_observation):
 
 @pytest.mark.parametrize("name", CLIENT_MODELS)
 def test_clients_agree_with_ours(name, record_e2e, record_observation, expectations, numerics_expected):
-    from harness import models
+    from harness.subjects import models
     from harness import native as nx
     from harness.clients import server_check
 
@@ -92,7 +92,7 @@ def test_sync_writer_is_needed(record_e2e, expectations):
     from harness.native import sync_writer
     from harness.clients.vllm_client import extract
     from harness.clients.server import ServerError, VllmServer
-    from harness import models
+    from harness.subjects import models
 
     from harness.testing.recording import expected_broken
 

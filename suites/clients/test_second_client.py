@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import models
+from harness.subjects import models
 from harness.clients import second_client
-from harness.prompts import random_prompts
+from harness.subjects.prompts import random_prompts
 from harness.testing import ahead
 from harness.testing.recording import not_applicable
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from harness import models
+from harness.subjects import models
 from harness.native import availability
 from harness.clients.server import HOST, PortInUse, ServerDied, ServerNotReady, VllmServer
 from harness.testing.recording import not_applicable

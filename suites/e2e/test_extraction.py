@@ -1,8 +1,8 @@
 """speculators 0.3.0's own generator, through the shims, on the tiny models: shapes, numbers, determinism.
 
-Reference: transformers' forward over the same checkpoint files in float32 (see harness.reference for
+Reference: transformers' forward over the same checkpoint files in float32 (see harness.subjects.reference for
 the layer convention; transformers runs its eager attention). Bounds grow with the states' magnitude
-(`harness.reference.tolerance`: 8 ulp of float32 at the largest reference value, never below 1e-5, the bound
+(`harness.subjects.reference.tolerance`: 8 ulp of float32 at the largest reference value, never below 1e-5, the bound
 states of magnitude ~1-4 are held to):
 
 * vs transformers `hidden_states[k + 1]`: 1e-5 for the models of magnitude 1-4. (Measured: ~1e-6, the size of
@@ -20,8 +20,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import contracts, reference
-from harness.prompts import random_prompts
+from harness import contracts
+from harness.subjects import reference
+from harness.subjects.prompts import random_prompts
 from harness.runtime import batch_checks
 from harness.testing.recording import expected_broken, not_applicable
 

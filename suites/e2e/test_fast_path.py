@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.prompts import random_prompts
+from harness.subjects.prompts import random_prompts
 from harness.runtime import batch_checks
 
 

@@ -1,4 +1,4 @@
-"""The soak scenario on a CPU build (harness.soak): the session's tiny-Llama generator, calls that grow, shrink,
+"""The soak scenario on a CPU build (harness.scenarios.soak): the session's tiny-Llama generator, calls that grow, shrink,
 straddle the step budget and repeat, a prompt of exactly max_model_len - 1 tokens and a call after a refused one.
 Shorter than the GPU tier's (which runs it at 50+ calls on the H200, where pinned buffers make growth matter);
 the logic it checks here is the platform-independent part: buffer growth and reuse, the row regrouping across
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import reference, soak
+from harness.subjects import reference
+from harness.scenarios import soak
 
 MODEL = "tiny-llama"
 SEED = 28

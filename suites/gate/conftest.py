@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.gate.cli import configure, run
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 
 
 @pytest.fixture(scope="session")

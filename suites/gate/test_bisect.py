@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 
 
 def bisect(*argv: str) -> subprocess.CompletedProcess:

@@ -23,7 +23,7 @@ import pytest
 from harness import contracts
 from harness.gate import allowlist, coverage, sources, used_surface
 from harness.gate.cli import add_parser, configure, run
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 
 UNREACHABLE_INDEX = "http://127.0.0.1:9/simple"  # the discard port on loopback: refused at once
 
@@ -197,7 +197,7 @@ def test_a_contract_without_facts_is_not_checked_and_undecided(cache_dir):
 def test_a_checkpoint_config_decides_the_llama_4_scaling_finding(gate, tmp_path, covered_then_review):
     """With the target's config given (Kimi-K2.5-shaped: no llama_4_scaling) the layer finding is covered by the
     runtime guard; with a config that sets llama_4_scaling it stays uncovered."""
-    from harness.models import load_fixture
+    from harness.subjects.models import load_fixture
 
     kimi = tmp_path / "kimi.json"
     kimi.write_text(json.dumps(load_fixture("tiny-kimi-k25")["hf_config"]))

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 
 SCRIPT = REPO_ROOT / ".github" / "actions" / "gate" / "gate.sh"
 OLD, NEW = "0.32.0", "0.34.0"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "gate-call.yml"
 ACTION = REPO_ROOT / ".github" / "actions" / "gate" / "action.yml"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 
 OLD, NEW = "0.32.0", "0.34.0"
 
@@ -68,7 +68,7 @@ def test_version_and_help_from_the_wheel(installed):
     envs = _run([str(script), "matrix-envs"], cwd=work, env=env)
     assert envs.returncode == 0 and "vllm016" in json.loads(envs.stdout), envs.stderr
     # the installed copy reads its own data, not this checkout's
-    where = _run([str(script.parent / "python"), "-c", "from harness import paths; print(paths.FIXTURES)"],
+    where = _run([str(script.parent / "python"), "-c", "from harness.support import paths; print(paths.FIXTURES)"],
                  cwd=work, env=env)
     assert where.stdout.strip().startswith(str(site_packages(script))), where.stdout
 

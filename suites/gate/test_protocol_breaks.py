@@ -14,7 +14,7 @@ import pytest
 
 from harness.gate import bisect, client, sources
 from harness.gate.cli import configure, run
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 
 def _gate(tmp_path: Path, old: str, new: str, cache: Path | None = None) -> tuple[int, dict, str]:
     out, md = tmp_path / "gate.json", tmp_path / "gate.md"

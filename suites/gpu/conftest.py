@@ -31,7 +31,7 @@ class TierRun:
     cfg: object
     model_name: str
     text_config: dict
-    model: object = None  # harness.models.TinyModel describing the checkpoint (real or tiny)
+    model: object = None  # harness.subjects.models.TinyModel describing the checkpoint (real or tiny)
     generator: object = None
     mla: object = None  # the C-mla observation made while starting
     prompts: list = field(default_factory=list)
@@ -75,12 +75,12 @@ def _options(cfg, language_model_only: bool):
 def tier(request):
     from transformers import AutoTokenizer
 
-    from harness import versions
+    from harness.installed import versions
     from harness.gpu import tier as gpu_tier
     from harness.reporting import gpu_report
     from harness.contracts import mla
     from harness.runtime.generator import HarnessGenerator, text_config
-    from harness.models import TinyModel
+    from harness.subjects.models import TinyModel
 
     cfg = gpu_config(request.config)
     reason = gpu_tier.skip_reason(cfg)

@@ -12,7 +12,7 @@ MODELS="${2:-kimi llama}"  # which of the two tiny models to run; "native" adds 
 # NATIVE_MODELS="tiny-llama:240 tiny-deepseek-v3:170": models[:timeout s] for suites/native (float32, our generator vs vLLM's export)
 . suites/gpu/h200_env.sh
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
-paths=$("$PY" -c "from harness import models; print(models.build('tiny-kimi-k25').path, models.build('tiny-llama').path)") || exit 6
+paths=$("$PY" -c "from harness.subjects import models; print(models.build('tiny-kimi-k25').path, models.build('tiny-llama').path)") || exit 6
 read -r KIMI LLAMA <<< "$paths"
 rc=0
 case " $MODELS " in *" kimi "*) ;; *) KIMI="";; esac

@@ -9,7 +9,7 @@ SHAPE="$1"; shift
 path=$("$PY" -c "
 import sys; sys.path.insert(0, 'benchmarks')
 import gpu_extraction_profile as g
-from harness import models
+from harness.subjects import models
 print(models.build('bench-$SHAPE', fixture=g.shape_fixture('$SHAPE')).path)") || exit 6
 timeout 500 "$PY" -m harness gpu-nightly --model-path "$path" --tp 1 --dtype bfloat16 --gpu-memory-utilization 0.4 \
   --report-dir "$OUT/gpu" --env "gpu-vllm020-$SHAPE" "$@" -- -q -rA > "$OUT/tier-$SHAPE.log" 2>&1

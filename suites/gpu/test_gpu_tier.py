@@ -147,7 +147,7 @@ def test_model_contracts(tier, record_observation, expectations):
 
     Held to the expectations for this vLLM and platform where they name this model family."""
     from harness.contracts import eagle3, embed, forward, kimistack, layer
-    from harness.probe_context import ProbeContext
+    from harness.testing.probe_context import ProbeContext
 
     ctx = ProbeContext(tier.model, tier.generator)
     observations = [module.probe(ctx) for module in (kimistack, eagle3, embed, layer, forward)] + [tier.mla]
@@ -178,7 +178,7 @@ def test_fewer_gpus_than_tp_is_a_clear_error(tier):
 def _plain_engine(tier):
     """Plain vLLM on the tier's checkpoint as the tier's generator runs it (TP, dtype, length, memory share,
     attention backend, text model only for a multimodal checkpoint), with speculators' scheduler limits."""
-    from harness import bench
+    from harness.scenarios import bench
 
     cfg = tier.cfg
     return bench.plain_engine(cfg.model_path, cfg.dtype, cfg.max_model_len, tensor_parallel_size=cfg.tp,
@@ -186,7 +186,7 @@ def _plain_engine(tier):
                               language_model_only=tier.language_model_only)
 
 
-#: The soak's calls on the GPU (harness.soak): the sequence that killed the worker on the H200 before the hand-off
+#: The soak's calls on the GPU (harness.scenarios.soak): the sequence that killed the worker on the H200 before the hand-off
 #: buffer was unpinned on growth (4x64, 16x1500, 4x64, 32x2000), then random calls to 52 in all.
 SOAK_OPENING = ((4, 64), (16, 1500), (4, 64), (32, 2000))
 SOAK_CALLS, SOAK_SEED = 52, 2026
@@ -196,8 +196,8 @@ def test_soak_one_generator_calls_of_every_size(tier):
     """One generator, calls that grow, shrink, straddle step budgets and repeat, a prompt of max_model_len - 1
     tokens, a call after a refused one: every call rows = tokens, each prompt's rows its own (mean difference from
     itself extracted alone within the tier's bound; the maximum, the kernels' batch variance, reported: see
-    harness.soak), no worker replaced, host and device memory flat after warm-up (peaks in the report)."""
-    from harness import soak
+    harness.scenarios.soak), no worker replaced, host and device memory flat after warm-up (peaks in the report)."""
+    from harness.scenarios import soak
 
     gen = tier.generator
     budget = int(gen.vllm_config.scheduler_config.max_num_batched_tokens)
@@ -224,10 +224,10 @@ def test_throughput_against_plain_prefill(tier):
     """Extraction against plain vLLM prefill (`LLM.generate(max_tokens=1)`) on the tier's checkpoint and prompts, with
     the model FLOP utilisation of each (harness.gpu.flops): the figures the GPU benchmark gives at the generated
     shapes, for the real checkpoint of the nightly. Where both engines fit (memory share <= 0.45 each) they are
-    timed in interleaved pairs (harness.bench.paired); else (Kimi-K2.5 at TP=8) one after the other: ours, then
+    timed in interleaved pairs (harness.scenarios.bench.paired); else (Kimi-K2.5 at TP=8) one after the other: ours, then
     the tier's generator is closed and plain vLLM started in its place (`mode` says which; a ratio of medians
     then). Recorded, never asserted: the test fails only if a side cannot be measured."""
-    from harness import bench
+    from harness.scenarios import bench
     from harness.gpu import flops
 
     cfg = tier.cfg

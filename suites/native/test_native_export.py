@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import bench, contracts
+from harness.scenarios import bench
+from harness import contracts
 from harness import native as nx
 from harness.contracts.base import Attempt, Observation
 from harness.native.session import NativeRun, gpu_share, layers_of, prompts_for, start
@@ -179,7 +180,7 @@ def _agreement(nr: NativeRun) -> tuple[float, float, str]:
     disagreement says which side moved: where only the native side is off, the native engine computes differently.
     """
     if nr.agreement is None:
-        from harness import reference
+        from harness.subjects import reference
 
         gen = nr.ours.generator
         prompts = prompts_for(nr.model.vocab_size)
@@ -266,7 +267,7 @@ def test_unmapped_ids_disagree(name, natives, record_e2e):
 @pytest.mark.parametrize("name", contracts.E2E_MODELS)
 def test_throughput_ratio(name, natives, record_e2e):
     """Ours vs the native path on the same prompts and layers, interleaved pairs after a warm-up each
-    (`harness.bench.paired`). The native side's time includes reading the files back (what a user must do to
+    (`harness.scenarios.bench.paired`). The native side's time includes reading the files back (what a user must do to
     get tensors)."""
     nr = natives(name)
     _need(nr, record_e2e, "throughput: ours / native (tokens/s)")

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from harness import bench
+from harness.scenarios import bench
 from harness.reporting.matrix import bench_cell
 
 

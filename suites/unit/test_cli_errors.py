@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from harness import cli
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 
 
 def _harness(*argv: str, cwd=REPO_ROOT) -> subprocess.CompletedProcess:

@@ -95,7 +95,7 @@ def test_the_cuda_cell_is_the_answer_and_the_cpu_cell_rides_along():
 def test_cuda_cells_come_from_the_committed_gpu_reports():
     """vLLM 0.20's CUDA cells: the tier (speculators 0.3.0) and the four server-path clients, each naming files
     that exist."""
-    from harness.paths import REPO_ROOT as ROOT, REPORTS
+    from harness.support.paths import REPO_ROOT as ROOT, REPORTS
     from harness.reporting import builds
 
     cells = builds.cuda_cells(REPORTS, ca._cell)
@@ -108,13 +108,43 @@ def test_cuda_cells_come_from_the_committed_gpu_reports():
     assert kimi["verdict"] == ca.PARTIAL and kimi["models"] == ["tiny-llama"] and kimi["fault"] == "vLLM (server side)"
 
 
+def _tier_report(failed: str | None, **facts) -> dict:
+    checks = [{"check": c, "result": "fail" if c == failed else "pass"}
+              for c in ("same batch twice", "each prompt alone == inside the batch")]
+    return {"checks": checks, **facts}
+
+
 def test_a_tier_run_that_is_not_repeatable_blames_the_module_the_diagnosis_found():
-    """vLLM 0.25's CUDA cell for speculators 0.3.0: the Kimi-K2.5 INT4 slice's same batch twice differs, and the
-    fault is vLLM's, naming the module whose output changed on equal inputs (harness.gpu.module_determinism)."""
-    from harness.paths import REPORTS
+    """Where the same batch twice differs, the fault is vLLM's, naming the module whose output changed on equal
+    inputs (harness.gpu.module_determinism)."""
+    from harness.reporting import builds
+
+    rep = _tier_report("same batch twice", nondeterministic_module={
+        "culprit": {"module": "model.layers.1.mlp.experts", "class": "MoERunner", "max_abs_diff": 0.03}})
+    assert builds._tier_fault({"m": (None, rep)}) == (
+        "vLLM: on m, MoERunner (model.layers.1.mlp.experts) differs on equal inputs")
+
+
+def test_a_prompt_that_changes_with_its_batch_is_blamed_on_vllm_with_the_layers_it_shows_in():
+    """Where only alone vs in batch fails, vLLM's kernels' batch variance is named, with the largest difference at
+    each captured layer in layer order; a failure the report cannot place is left to the report."""
+    from harness.reporting import builds
+
+    rep = _tier_report("each prompt alone == inside the batch", alone_vs_batch_by_layer={"2": 7.7, "10": 9.0, "0": 0.25})
+    assert builds._tier_fault({"m": (None, rep)}) == ("vLLM: on m, a prompt's states change with the rest of its "
+                                                      "batch (largest difference by captured layer: 0: 0.25, 2: 7.7, 10: 9)")
+    assert builds._tier_fault({"m": (None, _tier_report("same batch twice"))}) == "see the tier report"
+    passing = _tier_report(None, alone_vs_batch_by_layer={"0": 0.0})
+    assert builds._tier_fault({"m": (None, passing)}) == "see the tier report"
+
+
+def test_the_committed_kimi_int4_report_gives_vllm_025_a_partial_cell_with_vllms_fault():
+    """vLLM 0.25's CUDA cell for speculators 0.3.0 from the committed reports: the INT4 slice failed a check, so the
+    cell is partial, its fault vLLM's, its evidence the slice's report."""
+    from harness.support.paths import REPORTS
     from harness.reporting import builds
 
     cell = builds.cuda_cells(REPORTS, ca._cell)["0.3.0"]["0.25.0"]
     assert cell["verdict"] == ca.PARTIAL and "kimi-k25-int4-3l" not in cell["models"]
-    assert cell["fault"].startswith("vLLM: on kimi-k25-int4-3l, MoERunner (")
+    assert cell["fault"].startswith("vLLM: on kimi-k25-int4-3l, ")
     assert any("kimi-k25-int4-3l" in e for e in cell["evidence"])

@@ -6,7 +6,7 @@ import json
 
 from harness.envs import tox_envs
 from harness.reporting import matrix, matrix_page
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 
 
 def test_tox_ini_carries_the_rendered_matrix():

@@ -9,7 +9,7 @@ import sys
 
 import yaml
 
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 from harness.reporting import issues
 
 

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from harness.reporting import matrix_page
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine (.ci/run installs Debian's)")

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from harness import models
+from harness.subjects import models
 
 
 @pytest.mark.parametrize("name", models.fixture_names())
@@ -47,7 +47,7 @@ def test_transformers_loads_every_weight(name, tmp_path):
     shape (the build checks this itself; this shows the check ran on what was written)."""
     from transformers import AutoModelForCausalLM
 
-    from harness import reference
+    from harness.subjects import reference
 
     m = models.build(name, root=tmp_path)
     model, info = AutoModelForCausalLM.from_pretrained(str(reference._causal_lm_dir(m.path)), dtype=torch.float32,
@@ -60,7 +60,7 @@ def test_an_incomplete_checkpoint_is_refused(tmp_path):
     """What the per-family layouts could not catch: a checkpoint missing a weight transformers expects."""
     from safetensors.torch import load_file, save_file
 
-    from harness import reference
+    from harness.subjects import reference
 
     m = models.build("tiny-qwen3", root=tmp_path)
     state = load_file(str(m.path / "model.safetensors"))

@@ -1,10 +1,10 @@
-"""harness.parallel: how many pytest-xdist workers a run gets (a number, or auto from cores and memory)."""
+"""harness.support.parallel: how many pytest-xdist workers a run gets (a number, or auto from cores and memory)."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness import parallel
+from harness.support import parallel
 
 
 def test_a_number_is_taken_and_nonsense_refused():

@@ -2,7 +2,7 @@
 
 import io
 
-from harness.progress import Progress
+from harness.support.progress import Progress
 
 
 def test_progress_says_how_far_and_how_long_is_left():

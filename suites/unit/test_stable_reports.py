@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 from harness.reporting import report, stable
 
 #: A worker error as vLLM 0.16 logs it when MLA cannot start on a CPU build (reports/vllm016.json's MLA proof).

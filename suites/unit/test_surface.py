@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness import surface
+from harness.installed import surface
 
 
 def test_generator_calls_read_from_source():

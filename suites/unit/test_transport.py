@@ -8,7 +8,8 @@ import os
 import pytest
 import torch
 
-from harness.runtime import shm_orphans, transport
+from harness.runtime import transport
+from harness.support import shm_orphans
 from harness.runtime.pinning import Pins
 
 

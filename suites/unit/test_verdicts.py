@@ -11,7 +11,7 @@ from harness import cli, contracts
 from harness.envs import tox_envs
 from harness.reporting import matrix
 from harness.reporting import report
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 
 SHIMMED_ROW = {"contract": "sched", "outcome": "shimmed", "expected": "shimmed", "shim": "s", "reason": "r",
                "unshimmed": {"ok": False, "error": "TypeError"},
@@ -162,7 +162,7 @@ def test_attribution_names_whose_fault_a_broken_cell_is(monkeypatch):
     assert not ours.vllm_wrong and "the harness's shim path is at fault" in ours.says("X")
     dead = Verdict(Attempt.failed("RuntimeError", "Engine core initialization failed"))
     assert dead.vllm_wrong and "does not start X either" in dead.says("X")
-    from harness.models import TEXT_ONLY_REFUSAL
+    from harness.subjects.models import TEXT_ONLY_REFUSAL
 
     ours_fixture = Verdict(Attempt.failed("RuntimeError", f"NotImplementedError: {TEXT_ONLY_REFUSAL}"))
     assert not ours_fixture.vllm_wrong and "the harness's tiny fixture is at fault" in ours_fixture.says("X")
@@ -191,7 +191,7 @@ def test_flop_model_counts_a_checkpoint_by_its_headers_as_the_layout_says(tmp_pa
     unpacked values, quantization scales count nothing, routed experts count top-k of n."""
     import json
 
-    from harness import models
+    from harness.subjects import models
     from harness.gpu import flops
 
     for name in ("tiny-llama", "tiny-kimi-k25"):
@@ -211,7 +211,7 @@ def test_flop_model_counts_a_checkpoint_by_its_headers_as_the_layout_says(tmp_pa
 def test_unpaired_timing_gives_the_ratio_of_medians_and_the_extreme_pairings():
     """Sides timed one after the other (engines that do not fit together): `paired`'s shape, the ratio of the
     medians, min and max from the slowest and fastest calls of each side; `timed` runs its warm-up untimed."""
-    from harness import bench
+    from harness.scenarios import bench
 
     r = bench.unpaired([2.0, 4.0, 3.0], [1.0, 2.0, 4.0])
     assert r["ratio"]["median"] == 3.0 / 2.0 and r["ratio"]["min"] == 2.0 / 4.0 and r["ratio"]["max"] == 4.0 / 1.0

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from harness.envs import tox_envs
-from harness.paths import REPO_ROOT
+from harness.support.paths import REPO_ROOT
 
 WORKFLOWS = sorted((REPO_ROOT / ".github" / "workflows").glob("*.yml"))
 

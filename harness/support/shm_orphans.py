@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from harness.runtime.transport import SHM
+SHM = "/dev/shm"  # memory, not disk: the hand-off buffers live here (harness.runtime.transport)
 
 
 #: Intel OpenMP (libiomp5, which vLLM 0.18's CPU env preloads into every process) registers each process as a file

@@ -18,8 +18,8 @@ import statistics
 import time
 from pathlib import Path
 
-from harness.paths import REPORTS
-from harness.prompts import random_prompts
+from harness.support.paths import REPORTS
+from harness.subjects.prompts import random_prompts
 
 #: Extraction should cost no more than a tenth of plain prefill's throughput.
 GOAL = 0.9
@@ -142,7 +142,7 @@ def shutdown(llm) -> None:
 
 
 def run(model_name: str = "tiny-llama", pairs: int = 5, dtype: str = "float32", max_model_len: int = 512) -> dict:
-    from harness import models
+    from harness.subjects import models
     from harness.contracts import mla
     from harness.runtime.generator import HarnessGenerator, options_for
 

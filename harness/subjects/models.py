@@ -26,7 +26,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.paths import CACHE, FIXTURES
+from harness.support.paths import CACHE, FIXTURES
 
 MODELS_FIXTURES = FIXTURES / "models"
 #: Bump when the weight layout or the init rule changes: it is part of the cache key.
@@ -288,7 +288,7 @@ def build(name: str, root: Path | None = None, fixture: dict | None = None) -> T
             meta = {"fixture": name, "fingerprint": fp, "generator": GENERATOR_VERSION, "weights": weights}
             (tmp / "harness-model.json").write_text(json.dumps(meta, indent=2) + "\n")
             if sum(math.prod(shape) for _, shape, _ in layout) <= VERIFY_LOAD_MAX_PARAMS:
-                from harness import reference
+                from harness.subjects import reference
 
                 reference.check_loads(tmp)  # refuses a checkpoint transformers would load with missing keys
             try:

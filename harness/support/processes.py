@@ -62,7 +62,7 @@ def reap(pids) -> None:
         except psutil.Error:
             pass
     psutil.wait_procs(procs, timeout=10)
-    from harness.runtime.shm_orphans import discard_openmp_registrations
+    from harness.support.shm_orphans import discard_openmp_registrations
 
     discard_openmp_registrations([p.pid for p in procs])  # a killed process cannot unregister itself
 

@@ -8,7 +8,7 @@ into site-packages.
 
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # harness/, this file being harness/support/paths.py
 #: the folder that holds the `harness` package (the checkout, or site-packages): what a child's PYTHONPATH needs
 SOURCE_ROOT = PACKAGE.parent
 #: True when running from a source checkout

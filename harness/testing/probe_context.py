@@ -12,9 +12,9 @@ import random
 from functools import cached_property
 from typing import Any
 
-from harness import surface
+from harness.installed import surface
 from harness.runtime.generator import HarnessGenerator, ShimState, generator_class, options_for
-from harness.models import TinyModel
+from harness.subjects.models import TinyModel
 
 MAX_MODEL_LEN = 512
 
