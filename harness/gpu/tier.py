@@ -27,6 +27,8 @@ GPU_REPORTS = REPORTS / "gpu"
 #: the tiny models (|values| ~1-3) and failed a random 1.4B Llama on the H200 (0.109 at |values| up to 5.9, ~3.5
 #: bf16 units in the last place; reports/gpu/2026-12-03-bench-llama1b4-*). bf16 keeps 8 significant bits: 2^-5
 #: is 4-8 units in the last place. Rows of another prompt differ by the states' spread (~0.9 there): far above.
+#: The tier check that a prompt alone gives its states in a batch (named in reports; the matrix reads it back).
+ALONE_CHECK = "each prompt alone == inside the batch"
 TOLERANCE = {"float32": 1e-5, "bfloat16": 5e-2, "float16": 1e-2}
 REL_TOLERANCE = {"float32": 1e-5, "bfloat16": 2 ** -5, "float16": 2 ** -8}
 

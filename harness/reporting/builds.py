@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from harness.clients.releases import CLIENT_MODELS
+from harness.gpu.tier import ALONE_CHECK
 from harness.reporting import client_axis as ax
 from harness.reporting.client_axis import CPU, CUDA  # noqa: F401 - the build names, for this module's readers
 GPU_SCHEMA = "harness-gpu-report/1"
@@ -71,9 +72,6 @@ def _tier_model(rep: dict) -> tuple[bool, str, list[str]]:
     if failed or off:
         return False, "; ".join([*(f"check failed: {c}" for c in failed), *(f"{k} not as expected" for k in off)]), shims
     return True, f"{len(rep['checks'])} checks passed", shims
-
-
-ALONE_CHECK = "each prompt alone == inside the batch"
 
 
 def _tier_fault(models: dict) -> str:

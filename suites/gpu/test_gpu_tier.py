@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 
-from harness.gpu.tier import bound, fingerprint
+from harness.gpu.tier import ALONE_CHECK, bound, fingerprint
 
 pytestmark = pytest.mark.gpu
 
@@ -77,7 +77,7 @@ def test_prompt_alone_equals_prompt_in_batch(tier):
         over += max(diffs) > tol
     worst = max(by_layer)
     tier.facts["alone_vs_batch_by_layer"] = dict(zip(map(str, layers), by_layer))
-    _check(tier, "each prompt alone == inside the batch", worst <= tol,
+    _check(tier, ALONE_CHECK, worst <= tol,
            f"max abs diff {worst:.3g} (tolerance {tol:.3g}); {over} of {len(tier.prompts)} prompts over it; by "
            "captured layer: " + ", ".join(f"{lid}: {d:.3g}" for lid, d in zip(layers, by_layer)))
     assert worst <= tol

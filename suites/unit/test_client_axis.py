@@ -109,8 +109,10 @@ def test_cuda_cells_come_from_the_committed_gpu_reports():
 
 
 def _tier_report(failed: str | None, **facts) -> dict:
+    from harness.gpu.tier import ALONE_CHECK
+
     checks = [{"check": c, "result": "fail" if c == failed else "pass"}
-              for c in ("same batch twice", "each prompt alone == inside the batch")]
+              for c in ("same batch twice", ALONE_CHECK)]
     return {"checks": checks, **facts}
 
 
@@ -128,9 +130,10 @@ def test_a_tier_run_that_is_not_repeatable_blames_the_module_the_diagnosis_found
 def test_a_prompt_that_changes_with_its_batch_is_blamed_on_vllm_with_the_layers_it_shows_in():
     """Where only alone vs in batch fails, vLLM's kernels' batch variance is named, with the largest difference at
     each captured layer in layer order; a failure the report cannot place is left to the report."""
+    from harness.gpu.tier import ALONE_CHECK
     from harness.reporting import builds
 
-    rep = _tier_report("each prompt alone == inside the batch", alone_vs_batch_by_layer={"2": 7.7, "10": 9.0, "0": 0.25})
+    rep = _tier_report(ALONE_CHECK, alone_vs_batch_by_layer={"2": 7.7, "10": 9.0, "0": 0.25})
     assert builds._tier_fault({"m": (None, rep)}) == ("vLLM: on m, a prompt's states change with the rest of its "
                                                       "batch (largest difference by captured layer: 0: 0.25, 2: 7.7, 10: 9)")
     assert builds._tier_fault({"m": (None, _tier_report("same batch twice"))}) == "see the tier report"
