@@ -75,6 +75,9 @@ class Options:
     attention_backend: str | None = None
     #: vLLM's load format, where the checkpoint folder names one (harness.runtime.inputs.load_format_of).
     load_format: str | None = None
+    #: Where the results' hidden states are: "host" (CPU memory, as speculators returns them) or "device" (the GPU
+    #: the target runs on, for a consumer that trains there: no host copy; harness.runtime.device_hand_off).
+    states_on: str = "host"
 
 
 def options_for(model, **overrides) -> Options:
@@ -212,7 +215,7 @@ class HarnessGenerator:
         check_weights(model_path)
         if options.load_format is None and load_format_of(model_path):
             options = dataclasses.replace(options, load_format=load_format_of(model_path))
-        _check_devices(tensor_parallel_size)
+        _check_devices(tensor_parallel_size, options.states_on)
         self.state = ShimState(disabled=frozenset(disable), rpc_timeout_s=rpc_timeout_s)
         self._finalizer = weakref.finalize(self, _shutdown_all, self.state)
         atexit.register(self._finalizer)
@@ -235,6 +238,8 @@ class HarnessGenerator:
         try:
             #: Why every extraction is refused (a contract's admission check at start), or None.
             self.refused = contracts.refusal(self)
+            if options.states_on == "device":  # then every worker's hand-off goes into its own GPU
+                self.executor_view.collective_rpc("_harness_set_transport", args=("device",))
         except BaseException:
             self.close()
             raise
@@ -310,11 +315,18 @@ class HarnessGenerator:
         self.close()
 
 
-def _check_devices(tensor_parallel_size: int) -> None:
+STATES_ON = ("host", "device")
+
+
+def _check_devices(tensor_parallel_size: int, states_on: str = "host") -> None:
     if tensor_parallel_size < 1:
         raise HarnessInputError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
+    if states_on not in STATES_ON:
+        raise HarnessInputError(f"states_on must be one of {', '.join(STATES_ON)}, got {states_on!r}")
     from vllm.platforms import current_platform
 
+    if states_on == "device" and current_platform.device_type != "cuda":
+        raise HarnessInputError(f"states_on='device' needs vLLM on CUDA; this vLLM runs on {current_platform.device_type}")
     if current_platform.device_type == "cuda":
         import torch
 

@@ -30,16 +30,32 @@ ALIGN = 64
 METHOD = "_get_captured_states"
 #: The worker's hand-offs: step by step into shared memory (default), after the last step into shared memory,
 #: or the tensors in the RPC reply (speculators as shipped).
-MODES = ("stream", "shm", "rpc")
+MODES = ("stream", "shm", "rpc", "device")
+#: The modes whose rows leave step by step (host shared memory, or the worker's own GPU: harness.runtime.device_hand_off).
+STREAMED = ("stream", "device")
+
+
+class HandOff:
+    """A `_get_captured_states` reply that names where the tensors are instead of carrying them."""
+
+    def receive(self) -> list:
+        raise NotImplementedError
+
+
+#: Per hand-off kind, what drops the caller's mappings of shut-down workers (see `forget`).
+_FORGETTERS: list = []
 
 
 @dataclass(frozen=True)
-class SharedStates:
+class SharedStates(HandOff):
     """A reply that names a shared-memory file holding tensors: (dtype, shape, offset, nbytes) each."""
 
     path: str
     nbytes: int
     layout: tuple
+
+    def receive(self) -> list:
+        return receive(self)
 
 
 def _dtype(name: str):
@@ -268,17 +284,20 @@ def receive(handle: SharedStates) -> list:
 
 
 def forget(pids) -> None:
-    """Drop the mappings of these worker processes (their executor is shut down)."""
+    """Drop the mappings of these worker processes (their executor is shut down), of every hand-off kind."""
+    pids = list(pids)
     for pid in pids:
         _MAPPED.pop(pid, None)
+    for drop in _FORGETTERS:
+        drop(pids)
 
 
 def materialize(reply):
     """A `_get_captured_states` reply as speculators expects it: tensors, whichever way they came."""
-    if isinstance(reply, SharedStates):
-        return receive(reply)
-    if isinstance(reply, list) and any(isinstance(r, SharedStates) for r in reply):
-        return [receive(r) if isinstance(r, SharedStates) else r for r in reply]
+    if isinstance(reply, HandOff):
+        return reply.receive()
+    if isinstance(reply, list) and any(isinstance(r, HandOff) for r in reply):
+        return [r.receive() if isinstance(r, HandOff) else r for r in reply]
     return reply
 
 

@@ -144,21 +144,33 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
         return fn(self, *args)
 
     #: "stream" (default: each step's rows leave during the next step), "shm" (all rows after the last step,
-    #: through shared memory) or "rpc" (the tensors in the reply, as speculators ships).
+    #: through shared memory), "rpc" (the tensors in the reply, as speculators ships) or "device" (streamed into a
+    #: buffer on this worker's GPU, handed to the caller through CUDA IPC: harness.runtime.device_hand_off).
     _harness_transport: str = "stream"
     _harness_publisher = None
     _harness_stream = None
+    _harness_device_stream = None
 
     def _harness_hand_off(self) -> transport.Stream:
+        """The stream into the current mode's buffer: host shared memory, or this worker's GPU for "device"."""
+        if self._harness_transport == "device":
+            if self._harness_device_stream is None:
+                from harness.runtime.device_hand_off import DevicePublisher
+
+                self._harness_device_stream = transport.Stream(DevicePublisher())
+            return self._harness_device_stream
         if self._harness_stream is None:
             self._harness_publisher = transport.Publisher()
             self._harness_stream = transport.Stream(self._harness_publisher)
         return self._harness_stream
 
+    def _harness_streams(self) -> list:
+        return [s for s in (self._harness_stream, self._harness_device_stream) if s is not None]
+
     def _harness_stream_step(self, scheduler_output, before: int) -> None:
         """After a forward: its captured rows to the stream (see stream_each_step)."""
         captured = getattr(self, "_captured_states", None)
-        if self._harness_transport != "stream" or not captured:
+        if self._harness_transport not in transport.STREAMED or not captured:
             return
         stream = self._harness_hand_off()
         if len(captured[0]) != before + 1:  # a forward that did not capture exactly once: not placeable
@@ -168,32 +180,40 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
         stream.step(states, placement(self, scheduler_output, int(states[0].shape[0])))
 
     def _get_captured_states(self):
-        """speculators' states, handed over through shared memory where there is room (harness.runtime.transport):
-        streamed during the steps where every row was placed, else after the last step."""
+        """speculators' states, handed over through shared memory where there is room (harness.runtime.transport),
+        or on this worker's GPU in mode "device": streamed during the steps where every row was placed, else after
+        the last step."""
         self._maybe_hang("_get_captured_states")
-        if self._harness_transport == "stream" and self._harness_stream is not None:
-            handle = self._harness_stream.take()
+        if self._harness_transport in transport.STREAMED:
+            handle = self._harness_hand_off().take()
             if handle is not None:
                 self._captured_states = None  # as speculators does once it has concatenated them
                 return handle
         states = super()._get_captured_states()
         for _, shim in contracts.selected(Attach.WORKER_STATES, self._harness_disabled):
             states = shim.fn(self, states)
-        if not states or self._harness_transport not in ("stream", "shm"):  # the tensors in the RPC reply
+        if not states or self._harness_transport not in ("stream", "shm", "device"):  # the tensors in the RPC reply
             return states
-        self._harness_hand_off()
-        return self._harness_publisher.publish(states) or states
+        return self._harness_hand_off().publisher.publish(states) or states
 
     def _harness_set_transport(self, mode: str) -> dict:
-        """Choose the hand-off ("stream", "shm" or "rpc"); returns how many batches went through shared memory so
-        far, and how many of those were streamed."""
+        """Choose the hand-off (transport.MODES); returns how many batches went through shared memory so far, how
+        many of those were streamed, and how many were left on the device."""
         if mode not in transport.MODES:
             raise ValueError(f"unknown transport {mode!r}")
-        self._harness_transport = mode
-        if self._harness_stream is not None:
-            self._harness_stream.begin()
+        previous, self._harness_transport = self._harness_transport, mode
+        if mode == "device":
+            try:
+                self._harness_hand_off()  # a worker without CUDA refuses here, not at the first batch
+            except ValueError:
+                self._harness_transport = previous
+                raise
+        for stream in self._harness_streams():
+            stream.begin()
+        device = self._harness_device_stream
         return {"shm": self._harness_publisher.published if self._harness_publisher else 0,
-                "streamed": self._harness_stream.streamed if self._harness_stream else 0}
+                "streamed": self._harness_stream.streamed if self._harness_stream else 0,
+                "device": device.publisher.published if device else 0}
 
     def _store_captured_states(self, aux_hidden_states):
         # Counted per rank: speculators captures on TP rank 0 only, and the GPU tier checks that.
@@ -232,6 +252,6 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
         self._maybe_hang("_reset_capture")
         for _, shim in contracts.selected(Attach.WORKER_RESET, self._harness_disabled):
             shim.fn(self)
-        if self._harness_stream is not None:
-            self._harness_stream.begin()
+        for stream in self._harness_streams():
+            stream.begin()
         return super()._reset_capture()

@@ -14,7 +14,7 @@ import pytest
 
 from harness.support.paths import REPO_ROOT
 from harness.runtime.executor_view import WorkerTimeout
-from harness.runtime.generator import HarnessGenerator
+from harness.runtime.generator import HarnessGenerator, Options
 from harness.runtime.inputs import HarnessInputError, TruncationWarning
 from harness.testing import ahead
 
@@ -46,6 +46,33 @@ def test_checkpoint_without_weights_is_refused_before_start(runs, tmp_path):
 def test_layer_id_out_of_range(layer_ids, runs):
     with pytest.raises(HarnessInputError, match=r"out of range: the model has 6 decoder layers"):
         HarnessGenerator(runs(LLAMA).model.path, layer_ids)
+
+
+@pytest.mark.parametrize("states_on, says", [("gpu", r"states_on must be one of host, device, got 'gpu'"),
+                                             ("device", r"states_on='device' needs vLLM on CUDA; this vLLM runs on")])
+def test_states_on_a_device_this_vllm_lacks_is_refused_before_start(states_on, says, runs):
+    path = runs(LLAMA).model.path
+    t0 = time.monotonic()
+    with pytest.raises(HarnessInputError, match=says):
+        HarnessGenerator(path, [1], options=Options(states_on=states_on))
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_worker_without_cuda_refuses_the_device_hand_off_and_keeps_its_own(runs):
+    """Asked for the device hand-off (harness.runtime.device_hand_off), a CPU worker says why and goes on handing
+    the states over as before: the next batch's states arrive on the host, through the streamed hand-off."""
+    gen = runs(LLAMA).generator
+
+    def switch(mode: str) -> dict:
+        return gen.real_executor.collective_rpc("_harness_set_transport", args=(mode,))[0]
+
+    before = switch("stream")
+    with pytest.raises(Exception, match="the device hand-off needs the worker on a CUDA device"):
+        switch("device")
+    out = gen.generate([[5, 6, 7, 8]])
+    after = switch("stream")
+    assert not out[0]["hidden_states"][0].is_cuda
+    assert (after["streamed"] - before["streamed"], after["device"]) == (1, 0)
 
 
 def test_empty_batch_and_empty_prompt(runs):

@@ -134,6 +134,42 @@ def test_fast_path_equals_speculators_loop(tier):
     assert bitwise or (not deterministic and diff <= tol)
 
 
+def test_states_on_device_equal_host(tier):
+    """`Options(states_on="device")` (harness.runtime.device_hand_off: each step's rows streamed into a buffer on the
+    worker's GPU, opened here through CUDA IPC) on a batch over one step's token budget: speculators' loop and the
+    fast path give the host hand-off's results, as tensors on the GPU, through the device hand-off (counted)."""
+    from harness.runtime import batch_checks
+
+    gen = tier.generator
+    budget = int(gen.vllm_config.scheduler_config.max_num_batched_tokens)
+    big = batch_checks.straddling_batch(budget, gen.vocab_size)
+    host = gen.generate(big)
+
+    def switch(mode: str) -> dict:
+        return gen.real_executor.collective_rpc("_harness_set_transport", args=(mode,))[0]
+
+    before = switch("device")
+    try:
+        outs = {"speculators' loop": gen.generate(big), "fast path": gen.generate(big, fast=True)}
+        used = switch("stream")["device"] - before["device"]
+    finally:
+        switch("stream")
+    on_gpu = all(t.is_cuda for out in outs.values() for r in out for t in r["hidden_states"])
+    deterministic = tier.facts.get("same_batch_bitwise", True)
+    found, ok = [], used == len(outs) and on_gpu
+    for name, out in outs.items():
+        pairs = [(a, b.cpu()) for a, b in _pairs(host, out)]
+        bitwise = all(torch.equal(a, b) for a, b in pairs)
+        diff = 0.0 if bitwise else max(float((a.float() - b.float()).abs().max()) for a, b in pairs)
+        ok = ok and (bitwise or (not deterministic and diff <= bound(tier.cfg.dtype, [a for a, _ in pairs])))
+        found.append(f"{name} " + ("bitwise equal" if bitwise else f"max abs diff {diff:.3g}"))
+    _check(tier, "states on the device == host hand-off", ok,
+           f"{len(big)} prompts over a {budget}-token step; {used} of {len(outs)} calls through the device hand-off, "
+           f"results on the GPU: {'yes' if on_gpu else 'no'}; " + "; ".join(found))
+    assert used == len(outs) and on_gpu
+    assert ok
+
+
 def test_capture_on_tp_rank0_only(tier):
     counts = tier.generator.real_executor.collective_rpc("_harness_capture_count")
     ok = counts[0] > 0 and all(c == 0 for c in counts[1:])
