@@ -3,7 +3,8 @@
 The host hand-off (harness.runtime.transport) copies every captured byte from the worker's GPU into pinned shared
 memory; a trainer on the same GPU then copies it back. With `Options(states_on="device")` (the worker's transport
 mode "device") the same rows go, step by step as the streamed hand-off places them, into a buffer on the worker's
-own GPU instead, and the caller gets tensors on that device: the buffer is shared with the caller's process once
+own GPU instead, and the caller gets tensors on that device (the fast path hands them out as they are; speculators'
+own loop copies each prompt's rows to the host itself): the buffer is shared with the caller's process once
 through CUDA IPC (torch's reduction of a CUDA tensor, with its reference counting: the memory stays valid while the
 caller holds a view, even after the worker moves to a bigger buffer), and each reply names only its layout.
 

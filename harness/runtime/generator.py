@@ -76,7 +76,8 @@ class Options:
     #: vLLM's load format, where the checkpoint folder names one (harness.runtime.inputs.load_format_of).
     load_format: str | None = None
     #: Where the results' hidden states are: "host" (CPU memory, as speculators returns them) or "device" (the GPU
-    #: the target runs on, for a consumer that trains there: no host copy; harness.runtime.device_hand_off).
+    #: the target runs on, for a consumer that trains there: no host copy; with `fast=True`, since speculators' own
+    #: loop copies each prompt's rows to the host itself; harness.runtime.device_hand_off).
     states_on: str = "host"
 
 
