@@ -7,7 +7,7 @@ Training data should not depend on what else was in the batch it was extracted w
 mode (`VLLM_BATCH_INVARIANT=1`, read by each worker at start: deterministic matmul/softmax/mean kernels, no split-K,
 on the backends it supports); this measures whether it gives that through the harness. For each mode the shimmed
 generator is started once (the variable set for its workers, or unset) on the same seeded checkpoint (the shapes of
-benchmarks/gpu_extraction_profile.py, built on the machine), and runs the same `--calls` random calls: 1-48 prompts
+benchmarks/gpu_shapes.py, built on the machine), and runs the same `--calls` random calls: 1-48 prompts
 of 1 to max-model-len tokens, growing and shrinking. In each call, `--alone` of its prompts (seeded choice) are also
 extracted alone and compared with their rows in the batch, bit for bit. Recorded per mode: calls where every
 compared prompt was bitwise equal, the largest difference, and the median time of a call (the modes run one after
@@ -93,7 +93,7 @@ def run_mode(model, mode: str, plan, alone: int, args) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--shape", default="llama1b4", help="a shape of benchmarks/gpu_extraction_profile.py or a fixture")
+    p.add_argument("--shape", default="llama1b4", help="a shape of benchmarks/gpu_shapes.py or a fixture")
     p.add_argument("--calls", type=int, default=60)
     p.add_argument("--alone", type=int, default=3, help="prompts of each call also extracted alone and compared")
     p.add_argument("--modes", default="off,on")
@@ -107,7 +107,7 @@ def main() -> int:
     from harness.installed import versions
 
     try:
-        from gpu_extraction_profile import shape_fixture
+        from gpu_shapes import shape_fixture
 
         fixture = shape_fixture(args.shape)
         model = models.build(f"bench-{args.shape}", fixture=fixture)

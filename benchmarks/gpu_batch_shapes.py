@@ -4,7 +4,7 @@
         [--batches 16x2048,24x100-3000,8x4095,48x700,32x256] [--max-model-len 4096]
 
 A ratio measured at one batch shape says little about the next: the fast path was 1.19x plain prefill at 32 x 256
-and 0.87x at 48 x 700 on the same model. Here one seeded checkpoint (a shape of gpu_extraction_profile.py, built on
+and 0.87x at 48 x 700 on the same model. Here one seeded checkpoint (a shape of gpu_shapes.py, built on
 the GPU machine) is loaded once into the shimmed generator and once into plain vLLM, and every batch shape is timed
 on those two engines, each against plain prefill (`LLM.generate(max_tokens=1)`) in interleaved pairs after a
 warm-up (`harness.scenarios.bench.paired`):
@@ -152,7 +152,7 @@ def measure_batch(gen, llm, model, fm, batch: tuple[int, int, int], args, seed: 
 def measure(args) -> dict:
     import torch
 
-    from gpu_extraction_profile import flop_model, shape_fixture, start_plain
+    from gpu_shapes import flop_model, shape_fixture, start_plain
     from harness.runtime.generator import HarnessGenerator, options_for
     from harness.scenarios import bench
     from harness.subjects import models

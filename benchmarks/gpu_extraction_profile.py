@@ -3,18 +3,7 @@
     python benchmarks/gpu_extraction_profile.py --shape llama1b4 --out r.json [--pairs 6] [--prompts 32]
         [--min-tokens 256 --max-tokens 256] [--cprofile] [--before]
 
-Tiny models measure launch overhead, not throughput. Each shape here is a random checkpoint built with the
-harness's own seeded generator (no hub; stored in bf16) on the GPU machine itself:
-
-* `llama1b4`: Llama, hidden 2048, 16 layers, 16 heads / 8 KV heads, intermediate 11008, vocab 32000
-  (~1.4B parameters: the shape of the performance issue's first measurement);
-* `llama8b`: Llama-3-8B's shape: hidden 4096, 32 layers, 32 heads / 8 KV heads, intermediate 14336,
-  vocab 128256;
-* `kimi-wide`: Kimi-K2.5 (KimiK25ForConditionalGeneration, language model only) at the real width: hidden
-  7168, MLA with q_lora 1536 / kv_lora 512 / qk_rope 64 / qk_nope 128 / v_head 128, 64 heads, vocab 163840,
-  first layer dense (intermediate 18432), then MoE layers (moe_intermediate 2048, top-8 of the routed experts,
-  one shared expert, noaux_tc / sigmoid). Depth and expert count are cut (`KIMI_LAYERS`, `KIMI_EXPERTS`) so
-  that both engines fit on one H200 beside each other and the checkpoint builds and loads inside one call.
+Each shape is a seeded random checkpoint built on the GPU machine (benchmarks/gpu_shapes.py).
 
 Both engines are started once, extraction (`HarnessGenerator`, speculators' own generator through the
 shims) first and then plain vLLM with the same scheduler limits (speculators': 32 sequences,
@@ -36,14 +25,8 @@ and prompts, paired with plain prefill the same way, and checks its results equa
 harness.gpu.trace: kernel time per stream, idle gaps, copies and whether their host memory was pinned, the host's
 CUDA runtime calls).
 
-`--native` then closes ours and times vLLM's own export (`extract_hidden_states` + `ExampleHiddenStatesConnector`,
-harness.native.engine.NativeExporter, the same layers in vLLM's convention, bf16) against the same plain engine, in
-the same interleaved pairs: a call is `LLM.generate` until every file is written (each request's file complete,
-its `.lock` released where the writer makes one), the files removed after; they go to /dev/shm where it has room
-for a call's states (the write is then memory bandwidth, as ours is), else to the temp folder (`native.storage`).
-`--native-only` starts no extraction engine (plain and native only: at the Kimi width three engine start-ups and
-the checkpoint build do not fit one call); `--layer-ids` then names the layers (speculators' convention), e.g. four
-that leave out the last one, whose id the DeepseekV3 family does not export on vLLM 0.20.
+`--native` then closes ours and times vLLM's own export against the same plain engine (benchmarks/gpu_native_export.py);
+`--native-only` starts no extraction engine; `--layer-ids` then names the layers.
 
 MFU: model FLOPs = 2 x (non-embedding parameters active per token) x tokens + causal attention
 (per layer and prompt of s tokens: 2 x s^2 x heads x (qk_dim + v_dim) / 2 x 2, i.e. QK^T and PV, half
@@ -54,73 +37,32 @@ dense rate measured on this H200).
 from __future__ import annotations
 
 import argparse
-import copy
 import cProfile
 import io
 import json
 import os
 import pstats
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.gpu import flops as model_flops  # noqa: E402 - after the path set-up
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_native_export import measure_native, shm_free, speculators_default_ids  # noqa: E402 - after the path set-up
+from gpu_shapes import flop_model, shape_fixture, start_ours, start_plain  # noqa: E402
+
 from harness.contracts.base import strip_machine_paths  # noqa: E402
-from harness.subjects.prompts import random_prompts  # noqa: E402
+from harness.gpu import flops as model_flops  # noqa: E402
 from harness.runtime.executor_view import PendingStep  # noqa: E402
+from harness.subjects.prompts import random_prompts  # noqa: E402
 
 #: Environment variables that change what is measured, recorded in the report beside every VLLM_* one.
 RECORDED_ENV = ("THP_MEM_ALLOC_ENABLE", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF")
-
-KIMI_LAYERS = 8
-KIMI_EXPERTS = 32
-
-LLAMA_1B4 = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000,
-             "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 16,
-             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu",
-             "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
-             "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
-             "torch_dtype": "bfloat16"}
-LLAMA_8B = {**LLAMA_1B4, "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
-            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-            "max_position_embeddings": 8192, "rope_theta": 500000.0}
-KIMI_TEXT = {"vocab_size": 163840, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
-             "num_hidden_layers": KIMI_LAYERS, "first_k_dense_replace": 1, "num_attention_heads": 64,
-             "num_key_value_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-             "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": KIMI_EXPERTS, "n_shared_experts": 1,
-             "num_experts_per_tok": 8, "n_group": 1, "topk_group": 1, "torch_dtype": "bfloat16"}
-
-
-def shape_fixture(name: str) -> dict:
-    """The fixture (as in fixtures/models/) of a benchmark shape: seeded, stored in bf16."""
-    if name in ("llama1b4", "llama8b"):
-        cfg = LLAMA_1B4 if name == "llama1b4" else LLAMA_8B
-        return {"description": f"benchmark shape {name}", "seed": 20261202,
-                "store_dtype": "bfloat16", "hf_config": copy.deepcopy(cfg)}
-    if name == "kimi-wide":
-        from harness.subjects import models
-
-        fx = copy.deepcopy(models.load_fixture("tiny-kimi-k25"))
-        fx["description"] = "benchmark shape kimi-wide: Kimi-K2.5 at the real width, cut in depth and experts"
-        fx["hf_config"]["torch_dtype"] = "bfloat16"
-        fx["hf_config"]["text_config"].update(KIMI_TEXT)
-        fx["store_dtype"] = "bfloat16"
-        return fx
-    raise SystemExit(f"unknown shape {name!r} (llama1b4, llama8b, kimi-wide)")
-
-
-def flop_model(fixture: dict) -> dict:
-    """Parameters by role (from the harness's weight layout of the shape) and the attention dimensions."""
-    from harness.subjects import models
-
-    return model_flops.flop_model(fixture["hf_config"], [(n, tuple(shape), "BF16") for n, shape, _ in models.weight_layout(fixture)])
 
 
 class PhaseTimer:
@@ -151,91 +93,6 @@ def rpc_label(args) -> str:
     method = args[0] if args else "?"
     method = method if isinstance(method, str) else getattr(method, "__name__", "rpc")
     return "rpc " + method
-
-
-def start_ours(model, max_model_len: int, share: float, backend: str | None):
-    from harness.runtime.generator import HarnessGenerator, options_for
-
-    opts = options_for(model, dtype="bfloat16", **({"attention_backend": backend} if backend else {}))
-    return HarnessGenerator(model.path, None, max_model_len=max_model_len, gpu_memory_utilization=share, options=opts)
-
-
-def start_plain(model, max_model_len: int, share: float, backend: str | None):
-    from harness.scenarios import bench
-
-    return bench.plain_engine(model.path, "bfloat16", max_model_len, gpu_memory_utilization=share,
-                              language_model_only=bool((model.run_options or {}).get("language_model_only")),
-                              attention_backend=backend)
-
-
-def start_native(model, layer_ids: list[int], max_model_len: int, share: float, backend: str | None, storage):
-    from harness.native.engine import NativeExporter
-
-    return NativeExporter(model, layer_ids, max_model_len=max_model_len, attention_backend=backend,
-                          gpu_memory_utilization=share, storage_dir=storage, dtype="bfloat16")
-
-
-def native_call(exporter, prompts):
-    """One native-export call as a trainer would wait for it: generate, then every file complete (its lock, where
-    the writer makes one, released), then the files removed (the next call starts from an empty store)."""
-    from harness.native.engine import NativeExportError
-    from harness.native.engine_log import root_cause
-    from harness.native.files import writer_released
-
-    def call():
-        try:
-            outs = exporter.generate(prompts)
-        except Exception as exc:  # the engine's own words are in its log, which close() removes
-            raise NativeExportError("extract", exc, root_cause(exporter._log()), "") from exc
-        for out in outs:
-            path = (getattr(out, "kv_transfer_params", None) or {}).get("hidden_states_path")
-            if not path:
-                raise RuntimeError("the native export returned no hidden_states_path")
-            with writer_released(path):
-                pass
-            os.remove(path)
-    return call
-
-
-def shm_free() -> int:
-    return shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else 0
-
-
-def speculators_default_ids(num_layers: int) -> list[int]:
-    """speculators 0.3.0's own choice when no layer ids are given (its generator's __init__)."""
-    return [2, num_layers // 2, num_layers - 3, num_layers - 1]
-
-
-def measure_native(model, plain, prompts, layer_ids, captured_bytes: int, args, tokens: int, flops: float) -> dict:
-    """vLLM's native export against `plain` in interleaved pairs (the engine started here and always closed)."""
-    from harness.scenarios import bench
-
-    storage = Path("/dev/shm" if shm_free() > 3 * captured_bytes else tempfile.gettempdir())
-    storage = Path(tempfile.mkdtemp(prefix="native-bench-", dir=storage))
-    t0 = time.perf_counter()
-    exporter = start_native(model, layer_ids, args.max_model_len, args.share, args.attention_backend, storage)
-    try:
-        start_s = time.perf_counter() - t0
-        try:
-            r = bench.paired(plain, native_call(exporter, prompts), pairs=args.pairs)
-        except Exception as exc:  # noqa: BLE001 - the path not running at this shape is the finding
-            print(f"[native export] does not run: {exc}")
-            return {"runs": False, "error": strip_machine_paths(str(exc))[:1500], "native_ids": exporter.native_ids,
-                    "native_start_s": start_s}
-        r["native_start_s"] = start_s
-        r["plain_tokens_per_s"] = tokens / r["plain_s"]["median"]
-        r["native_tokens_per_s"] = tokens / r["extract_s"]["median"]
-        r["plain_mfu"] = flops / r["plain_s"]["median"] / model_flops.PEAK_FLOPS
-        r["native_mfu"] = flops / r["extract_s"]["median"] / model_flops.PEAK_FLOPS
-        r["verdict"] = bench.verdict(r["ratio"])
-        r["storage"] = "/dev/shm (tmpfs)" if str(storage).startswith("/dev/shm") else "temp folder (disk)"
-        r["native_ids"] = exporter.native_ids
-        print(f"[native export] {r['verdict']}; plain {r['plain_tokens_per_s']:.0f} tok/s, native "
-              f"{r['native_tokens_per_s']:.0f} tok/s (MFU {r['native_mfu']:.1%}), files on {r['storage']}")
-        return r
-    finally:
-        exporter.close()
-        shutil.rmtree(storage, ignore_errors=True)
 
 
 def fast_bitwise(gen, prompts) -> bool:

@@ -8,7 +8,7 @@ SHAPE="$1"; shift
 . suites/gpu/h200_env.sh
 path=$("$PY" -c "
 import sys; sys.path.insert(0, 'benchmarks')
-import gpu_extraction_profile as g
+import gpu_shapes as g
 from harness.subjects import models
 print(models.build('bench-$SHAPE', fixture=g.shape_fixture('$SHAPE')).path)") || exit 6
 timeout 500 "$PY" -m harness gpu-nightly --model-path "$path" --tp 1 --dtype bfloat16 --gpu-memory-utilization 0.4 \
