@@ -244,7 +244,7 @@ def cmd_matrix_issues(args) -> int:
 
 def cmd_tox_envs(args) -> int:
     from harness.envs import tox_envs
-    from harness.reporting.report import write_atomic
+    from harness.support.report_files import write_atomic
 
     if not args.write:
         print(tox_envs.tox_section(), end="")
@@ -278,7 +278,7 @@ def cmd_surface(args) -> int:
     from harness.installed import surface
 
     if args.shims:
-        from harness.gate import shim_surface
+        from harness.vllm_source import shim_surface
 
         if not CHECKOUT:
             return _fail("surface --shims rewrites a checkout's fixtures/surfaces; this harness is installed")

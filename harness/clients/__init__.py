@@ -8,9 +8,9 @@ releases extract differently, and each is checked on the tiny models against tha
 * 0.5.0 on moved to vLLM's native export (`harness.native`) served by `vllm serve`: `server` starts the server as
   speculators' launcher does, `vllm_client` loads each release's client from its wheel and calls it, `contracts`
   holds the server path's own rows (`client-*`), `server_check` is the same comparison as a standalone command (the
-  GPU tier's), `connectors_surface` reads what hs-connectors (0.8+) uses of vLLM, `declared` what each release's
-  wheel declares (its hs-connectors pin and reader), `wheels` unpacks the released wheels they read, and `releases`
-  names the releases and models the suites drive.
+  GPU tier's), and `declared` what each release's wheel declares (its hs-connectors pin and reader). The releases
+  and models driven are harness.subjects.releases; the wheels are unpacked by harness.envs.wheels; what
+  hs-connectors uses of vLLM is harness.installed.connectors_surface.
 
 suites/clients/ runs them; `harness.reporting.client_axis` turns their rows into the answer table.
 """

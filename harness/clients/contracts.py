@@ -115,15 +115,15 @@ def observe_connectors(surface_path: Path, vllm_root: Path) -> object:
     the installed vLLM's source by the static gate's own check."""
     import json
 
-    from harness.gate import client as gate
+    from harness.vllm_source import server_path
 
     surface = json.loads(surface_path.read_text())
     probes = []
     for ref in surface["vllm_imports"]:
         module, name = ref.split(":")
         probes.append(_import_probe(module, name))
-    tree = gate.Tree(vllm_root)
-    for nid, what, fn in gate.connector_needs(surface):
+    tree = server_path.Tree(vllm_root)
+    for nid, what, fn in server_path.connector_needs(surface):
         if nid.startswith("subclass "):
             holds, evidence = fn(tree)
             probes.append(NativeProbe(what, nid, Attempt(True) if holds else Attempt.failed("ContractViolated", evidence),

@@ -19,7 +19,7 @@ import sys
 from email.parser import Parser
 from pathlib import Path
 
-from harness.clients.wheels import CLIENT_FILE, client_tree, wheel_tree
+from harness.envs.wheels import CLIENT_FILE, client_tree, wheel_tree
 
 CONNECTORS = "hs-connectors"
 

@@ -29,7 +29,7 @@ VERSION = "0.4.0"
 
 def wheel_dir() -> Path:
     """speculators 0.4.0 unpacked, not installed (downloaded once into .cache/)."""
-    from harness.clients.wheels import wheel_tree
+    from harness.envs.wheels import wheel_tree
 
     return wheel_tree("speculators", VERSION)
 
@@ -88,7 +88,7 @@ def _child(args) -> int:
     import speculators.data_generation.vllm_hidden_states_generator as mod
 
     from harness.contracts.memory import platform_mem_get_info
-    from harness.runtime.namespace import rebind
+    from harness.support.namespace import rebind
 
     real_model_config = mod.ModelConfig
 

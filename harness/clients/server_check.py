@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.clients.releases import CLIENT_FAILS, CLIENTS, SERVER_FAILS
+from harness.subjects.releases import CLIENT_FAILS, CLIENTS, SERVER_FAILS
 from harness.native.layer_ids import map_layer_ids
 
 #: Agreement bounds by dtype: float32 on one build and device differs only by batch composition (the server
@@ -258,8 +258,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu-memory-utilization", type=float)
     args = ap.parse_args(argv)
     from harness.installed import versions
-    from harness.reporting.report import write_atomic
-    from harness.reporting.stable import stable
+    from harness.support.report_files import write_atomic
+    from harness.support.volatile import stable
 
     rep = run(args.model, clients=tuple(args.client or CLIENTS), dtype=args.dtype, attention_backend=args.attention_backend,
               gpu_memory_utilization=args.gpu_memory_utilization)

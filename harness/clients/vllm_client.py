@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 
 from harness.clients.server import ServerError
-from harness.clients.wheels import CLIENT_FILE, client_tree
+from harness.envs.wheels import CLIENT_FILE, client_tree
 from harness.native.files import layers_asked, layout_of
 
 

@@ -107,7 +107,7 @@ CLIENT_PER_MODEL = ("client-serve", "client-http", "client-files", "client-lastl
 
 def native_keys() -> list[str]:
     """The native path's rows (suites/native): the in-process export's and the server path's, keyed by tiny model."""
-    from harness.clients.releases import CLIENT_MODELS
+    from harness.subjects.releases import CLIENT_MODELS
 
     return (list(NATIVE_GLOBAL) + [f"{i}[{m}]" for m in E2E_MODELS for i in NATIVE_PER_MODEL]
             + list(CLIENT_GLOBAL) + [f"{i}[{m}]" for m in CLIENT_MODELS for i in CLIENT_PER_MODEL])
@@ -116,7 +116,7 @@ def native_keys() -> list[str]:
 def e2e_keys() -> list[str]:
     """Optional expectation keys for the end-to-end numerics: present only where a vLLM is known to compute
     wrong numbers for a model (outcome "broken"); absent means the numeric checks must pass."""
-    from harness.clients.releases import CLIENT_MODELS, CLIENTS, client_row
+    from harness.subjects.releases import CLIENT_MODELS, CLIENTS, client_row
 
     return [f"e2e[{m}]" for m in E2E_MODELS] + [f"e2e[{client_row(m, v)}]" for v in CLIENTS for m in CLIENT_MODELS]
 

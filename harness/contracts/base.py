@@ -19,7 +19,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from harness.reporting import stable
+from harness.support import volatile
 
 
 class Outcome(str, enum.Enum):
@@ -103,7 +103,7 @@ class Attempt:
     def __post_init__(self) -> None:
         # the error as every later excerpt quotes it: pids, log times, temp paths normalised before any cut
         if isinstance(self.error, str):
-            self.error = stable.text(self.error)
+            self.error = volatile.text(self.error)
 
     @classmethod
     def run(cls, fn: Callable[[], Any]) -> tuple["Attempt", Any]:

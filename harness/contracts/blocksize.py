@@ -20,8 +20,8 @@ import re
 import importlib
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
-from harness.gate.facts import Fact
-from harness.gate.lookups import parse_file
+from harness.vllm_source.facts import Fact
+from harness.vllm_source.lookups import parse_file
 
 SPECULATORS_BLOCK_SIZE = 16
 CANDIDATES = (16, 32, 64, 128, 256)

@@ -30,9 +30,9 @@ transformers.
 from __future__ import annotations
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
-from harness.gate.facts import Fact
-from harness.runtime.batch_checks import PROMPT_TOKENS, each_own, in_order, repeated_calls, straddling_batch, unequal_batch
-from harness.runtime.row_order import BATCH_ATTRIBUTE, STEP_BATCH_METHOD, record_step_batches, request_ranges, step_order
+from harness.vllm_source.facts import Fact
+from harness.subjects.batches import PROMPT_TOKENS, each_own, in_order, repeated_calls, straddling_batch, unequal_batch
+from harness.installed.row_order import BATCH_ATTRIBUTE, STEP_BATCH_METHOD, record_step_batches, request_ranges, step_order
 
 #: The attribute on speculators' scheduler that holds the guard (tests and the probe switch it).
 GUARD = "_harness_prefill_guard"
@@ -309,7 +309,7 @@ def runner_facts(tree, used, follower) -> list[Fact]:
     (V1; else `record_step_batches` reads the batch each step builds in `prepare_inputs`, where there is one), and
     whether they sort a step's requests by token count (then rows sliced in arrival order belong to other prompts
     unless regrouped from the step's own order). The scheduler's own behaviour stays outside (`gate_outside`)."""
-    from harness.gate import runners
+    from harness.vllm_source import runners
 
     facts = []
     for worker, cls in runners.WORKERS.items():

@@ -16,8 +16,8 @@ from __future__ import annotations
 import ast
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 from harness.contracts import forward
-from harness.gate.facts import Fact
-from harness.gate.lookups import FAMILIES, KIMI, imported, not_found
+from harness.vllm_source.facts import Fact
+from harness.vllm_source.lookups import FAMILIES, KIMI, imported, not_found
 
 STACK_ATTRS = ("layers", "start_layer", "end_layer", "norm")
 

@@ -9,8 +9,8 @@ text-only prefill raises AttributeError inside the worker. Shim (in the worker):
 from __future__ import annotations
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
-from harness.gate.facts import Fact
-from harness.gate.lookups import FAMILIES, not_found
+from harness.vllm_source.facts import Fact
+from harness.vllm_source.lookups import FAMILIES, not_found
 
 def needed(stack) -> bool:
     return not _has_own(stack, "get_input_embeddings") and hasattr(stack, "embed_input_ids")

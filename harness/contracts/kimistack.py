@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ast
 from harness.contracts.base import Attach, Contract, GateCover, Observation, Shim
-from harness.gate.facts import Fact
-from harness.gate.lookups import KIMI, not_found
+from harness.vllm_source.facts import Fact
+from harness.vllm_source.lookups import KIMI, not_found
 
 
 CANDIDATES = ("model", "language_model.model", "language_model")

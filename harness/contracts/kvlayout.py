@@ -2,7 +2,7 @@
 
 speculators 0.3.0 builds its executor, scheduler and KV-cache plan without EngineCore, replicating the set-up
 EngineCore does between building the executor and the first step. Every step EngineCore adds there is one
-speculators skips; the gate reads that sequence in each version (`setup_steps`, `harness.gate.engine_setup`)
+speculators skips; the gate reads that sequence in each version (`setup_steps`, `harness.vllm_source.engine_setup`)
 and names every executor call neither speculators nor a harness shim makes. Two such steps so far:
 
 * vLLM 0.30 resolves one KV-cache layout in EngineCore (`resolve_kv_cache_layout`, then
@@ -29,8 +29,8 @@ import ast
 import importlib
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
-from harness.gate.facts import Fact
-from harness.gate.lookups import not_found
+from harness.vllm_source.facts import Fact
+from harness.vllm_source.lookups import not_found
 
 def _resolver():
     for module in ("vllm.v1.attention.backends.utils",):
@@ -109,7 +109,7 @@ LAYOUT_RESOLVER = "vllm.v1.attention.backends.utils"
 
 
 def kv_layout_resolution(tree, used, follower) -> list[Fact]:
-    from harness.gate.tree import _parse
+    from harness.vllm_source.tree import _parse
 
     f = tree.module_file(CACHE_CONFIG)
     if f is None:
@@ -136,7 +136,8 @@ SPECULATORS_OWN_WAY = {
 def setup_steps(tree, used, follower) -> list[Fact]:
     """One fact per executor call EngineCore makes while setting up the KV cache: replicated by speculators,
     made by a harness shim (from the shim surface's `rpc` entries), or skipped (a finding when new)."""
-    from harness.gate import engine_setup, shim_surface
+    from harness.vllm_source import shim_surface
+    from harness.vllm_source import engine_setup
 
     steps, rel = engine_setup.steps(tree.root)
     symbol = f"{engine_setup.MODULE}:{engine_setup.CLASS}.{engine_setup.METHOD}"

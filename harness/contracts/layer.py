@@ -13,8 +13,8 @@ import ast
 import inspect
 
 from harness.contracts.base import Attempt, Contract, GateCover, Observation
-from harness.gate.facts import Fact
-from harness.gate.lookups import FAMILIES, not_found
+from harness.vllm_source.facts import Fact
+from harness.vllm_source.lookups import FAMILIES, not_found
 
 PASSED = ("hidden_states", "positions", "residual")
 #: Layer parameters the stack's own loop passes but whose value only matters when the checkpoint's
@@ -70,7 +70,7 @@ def _passed(call: ast.Call) -> list[str]:
 
 
 def layer_calls(tree, used, follower) -> list[Fact]:
-    from harness.gate.calls import Ref, call_facts
+    from harness.vllm_source.calls import Ref, call_facts
 
     spec_calls = used.calls_named("layer")
     if not spec_calls:

@@ -18,8 +18,8 @@ import inspect
 import os
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim, summarize
-from harness.gate.facts import Fact
-from harness.gate.lookups import not_found
+from harness.vllm_source.facts import Fact
+from harness.vllm_source.lookups import not_found
 
 ENV = "VLLM_MLA_DISABLE"
 

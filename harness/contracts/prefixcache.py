@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
-from harness.gate.facts import Fact
-from harness.gate.lookups import imported, not_found
+from harness.vllm_source.facts import Fact
+from harness.vllm_source.lookups import imported, not_found
 
 def caching_default() -> bool:
     from vllm.config import CacheConfig

@@ -16,8 +16,8 @@ import importlib
 import inspect
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
-from harness.gate.facts import Fact
-from harness.gate.lookups import imported, not_found
+from harness.vllm_source.facts import Fact
+from harness.vllm_source.lookups import imported, not_found
 
 #: Shims also left out in both arms of the proof: the block-hash requirement only bites with prefix
 #: caching on (vLLM's default), so C-prefixcache's shim must be off for this shim to be exercised.

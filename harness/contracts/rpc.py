@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import ast
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
-from harness.gate.facts import Fact
-from harness.gate.lookups import not_found, site
-from harness.runtime.executor_view import echo
+from harness.vllm_source.facts import Fact
+from harness.vllm_source.lookups import not_found, site
 
 def speculators_read(rpc, layers):
     """What speculators does with the reply (vllm_hidden_states_generator.generate)."""
@@ -22,6 +21,11 @@ def speculators_read(rpc, layers):
     if not aux_hidden_states:
         raise RuntimeError("Failed to capture hidden states from worker")
     return len(aux_hidden_states)
+
+
+def echo(worker, value):
+    """RPC body used to learn how `collective_rpc` returns a single rank's reply (module level: picklable)."""
+    return value
 
 
 def reply_as_list(view, reply, unique_reply_rank):

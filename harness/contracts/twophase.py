@@ -12,8 +12,8 @@ Shim (on the executor view): after an `execute_model()` that returned None, call
 from __future__ import annotations
 
 from harness.contracts.base import Attach, Contract, GateCover, Observation, Shim
-from harness.gate.facts import Fact
-from harness.gate.lookups import not_found, site
+from harness.vllm_source.facts import Fact
+from harness.vllm_source.lookups import not_found, site
 
 def sample_after_step(view, output) -> bool:
     """After an execute_model() that returned None, call sample_tokens(None) as EngineCore does: the runner
@@ -95,8 +95,8 @@ PARKED_STATE = "execute_model_state"
 def _guard(tree) -> tuple[str | None, str]:
     """Where the runners the GPU worker builds park a step's state: (evidence file:line or None, how), read in
     the runners' own files (bases included), else in the V1 runner module where it still exists."""
-    from harness.gate import runners
-    from harness.gate.tree import module_of
+    from harness.vllm_source import runners
+    from harness.vllm_source.tree import module_of
 
     built = runners.read(str(tree.root), "vllm.v1.worker.gpu_worker").defaults
     for r in built:

@@ -168,7 +168,7 @@ def onednn_source(rec: Recipe, work: Path) -> tuple[Path | None, str]:
 
 # -- the build -----------------------------------------------------------------------------------------------
 def fetch_sdist(rec: Recipe, work: Path) -> Path:
-    from harness.gate import sources
+    from harness.envs import sources
 
     path = work / f"vllm-{rec.version}.tar.gz"
     if not path.is_file():

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from harness.support.paths import REPORTS
-from harness.reporting.report import write_atomic
+from harness.support.report_files import write_atomic
 
 HELP = "pre-upgrade gate: can speculators move to another vLLM? (static reading of the sources)"
 EPILOG = ("environment: HARNESS_PYPI_URL (the simple index to read vLLM from; default https://pypi.org/simple), "
@@ -29,9 +29,9 @@ EPILOG = ("environment: HARNESS_PYPI_URL (the simple index to read vLLM from; de
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("action", nargs="?", choices=("bisect", "mutants", "pairs"),
-                   help="bisect: name the first release in which --contract changes (see harness/gate/bisect.py); "
-                        "mutants: run the gate on one-change copies of real releases (harness/gate/mutants.py); "
-                        "pairs: run it on every consecutive pair of releases (harness/gate/pairs.py)")
+                   help="bisect: name the first release in which --contract changes (see harness/gate/sweeps/bisect.py); "
+                        "mutants: run the gate on one-change copies of real releases (harness/gate/sweeps/mutants.py); "
+                        "pairs: run it on every consecutive pair of releases (harness/gate/sweeps/pairs.py)")
     p.add_argument("--releases", nargs="+", metavar="VERSION", default=None,
                    help="with mutants: the releases to mutate (default 0.33.0 0.34.0)")
     p.add_argument("--per-operator", type=int, default=None, metavar="N",
@@ -65,7 +65,7 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--speculators", default="0.3.0", help="speculators version whose used surface is read")
     p.add_argument("--client", metavar="speculators==X.Y.Z",
                    help="gate speculators' current path instead (vllm serve + native export + hs-connectors, see "
-                        "harness/gate/client.py): e.g. --client speculators==0.9.0")
+                        "harness/gate/read/client.py): e.g. --client speculators==0.9.0")
     p.add_argument("--surface", help="used-surface fixture (default: fixtures/surfaces/speculators-<version>.json)")
     p.add_argument("--regenerate-surface", action="store_true",
                    help="rewrite the used-surface fixture from the installed speculators first")
@@ -86,10 +86,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from harness import contracts
-    from harness.gate import allowlist, artifacts, coverage, dynamic, sources, used_surface, verdict
+    from harness.gate.decide import allowlist
+    from harness.gate.decide import verdict
+    from harness.gate.read import dynamic
+    from harness.gate.read import coverage
+    from harness.gate.obtain import artifacts
+    from harness.vllm_source import used_surface
+    from harness.envs import sources
 
     try:
-        from harness.gate import reach, static
+        from harness.gate.read import reach
+        from harness.gate.read import static
     except ImportError as exc:  # griffe is the gate's one extra dependency (the `gate` extra)
         print(f"harness gate: {exc}; install the gate's dependencies with `pip install -e .[gate]`", file=sys.stderr)
         return 2
@@ -97,13 +104,13 @@ def run(args) -> int:
         if not args.contract:
             print("harness gate bisect: --contract is required", file=sys.stderr)
             return 2
-        from harness.gate import bisect
+        from harness.gate.sweeps import bisect
 
         return bisect.run(args)
     if args.action == "mutants":
         return _run_mutants(args)
     if args.action == "pairs":
-        from harness.gate import pairs
+        from harness.gate.sweeps import pairs
 
         return pairs.run(args)
     try:
@@ -174,7 +181,8 @@ def run(args) -> int:
 
 
 def _run_mutants(args) -> int:
-    from harness.gate import mutants, sources
+    from harness.gate.sweeps import mutants
+    from harness.envs import sources
 
     releases = args.releases or (["0.34.0"] if args.quick else ["0.33.0", "0.34.0"])
     per = args.per_operator if args.per_operator is not None else (1 if args.quick else 15)
@@ -194,7 +202,9 @@ def _run_mutants(args) -> int:
 
 
 def _run_client(args, old_spec, new_spec) -> int:
-    from harness.gate import artifacts, client, sources
+    from harness.gate.read import client
+    from harness.gate.obtain import artifacts
+    from harness.envs import sources
 
     try:
         got = [artifacts.fetch(spec, args.cache_dir) for spec in (new_spec, old_spec)][::-1]
@@ -224,7 +234,7 @@ def _read_lockfiles(args) -> None:
     request, --base-lockfile (the base branch's pins: then --from is the base's vLLM and --to the head's)."""
     from packaging.version import Version
 
-    from harness.gate.pin import NoPin, pins
+    from harness.gate.obtain.pin import NoPin, pins
 
     def read(flag: str, path: str) -> dict:
         try:
@@ -262,17 +272,18 @@ def _checked_input(args) -> tuple:
     import hashlib
     import os
 
-    from harness.gate import artifacts, sources
+    from harness.gate.obtain import artifacts
+    from harness.envs import sources
 
     if getattr(args, "client", None):
-        from harness.gate.client import ClientUnknown, parse_client
+        from harness.gate.read.client import ClientUnknown, parse_client
 
         try:
             args.client_version = parse_client(args.client)
         except ClientUnknown as exc:
             raise InputRefused(str(exc)) from None
     if args.from_version is None:
-        from harness.gate.baseline import last_known_good
+        from harness.gate.obtain.baseline import last_known_good
 
         args.from_version, args.from_reason = last_known_good()
     try:
@@ -282,7 +293,7 @@ def _checked_input(args) -> tuple:
     except (sources.VersionNotFound, sources.BadSetting) as exc:
         raise InputRefused(str(exc)) from None
     if getattr(args, "allowlist", None):  # the team's allow-list: read now, so a bad one is refused, not undecided
-        from harness.gate import allowlist
+        from harness.gate.decide import allowlist
 
         try:
             allowlist.load(Path(args.allowlist))

@@ -48,7 +48,7 @@ def experiment(model_path: str, tp: int, share: float, backend: str | None) -> d
     from transformers import AutoTokenizer
 
     from harness.gpu import module_determinism, tier
-    from harness.runtime import batch_checks
+    from harness.subjects import batches
     from harness.runtime.generator import HarnessGenerator, Options
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=True)
@@ -70,7 +70,7 @@ def experiment(model_path: str, tp: int, share: float, backend: str | None) -> d
                           "diagnosis": module_determinism.diagnose(gen, prompts)}
             alone = [gen.generate([p])[0] for p in prompts]
             out[label]["alone_vs_batch"] = _compare(a, alone)
-            big = batch_checks.straddling_batch(int(gen.vllm_config.scheduler_config.max_num_batched_tokens),
+            big = batches.straddling_batch(int(gen.vllm_config.scheduler_config.max_num_batched_tokens),
                                                 gen.vocab_size)
             out[label]["fast_vs_loop"] = _compare(gen.generate(big), gen.generate(big, fast=True))
             print(label, json.dumps({k: v for k, v in out[label].items() if k != "diagnosis"}),

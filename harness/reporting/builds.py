@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-from harness.clients.releases import CLIENT_MODELS
+from harness.subjects.releases import CLIENT_MODELS
 from harness.gpu.tier import ALONE_CHECK
 from harness.reporting import client_axis as ax
 from harness.reporting.client_axis import CPU, CUDA  # noqa: F401 - the build names, for this module's readers

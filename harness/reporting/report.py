@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
 from harness.support.paths import REPO_ROOT
-from harness.reporting.stable import map_strings, text
+from harness.support.volatile import map_strings, text
+from harness.support.report_files import now, write_atomic  # noqa: F401 - also this module's API
 
 SCHEMA = "harness-env-report/2"
 #: Schema 1 keyed the per-model contract rows by architecture family (`embed[llama]`); schema 2 keys them by
@@ -42,28 +40,6 @@ def upgrade(rep: dict) -> dict:
     rep["schema"] = SCHEMA
     rep.setdefault("notes", []).append("read from schema harness-env-report/1: per-model rows re-keyed by fixture")
     return rep
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder and rename, so readers never see half a report."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is for everyone who can read the folder
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
 #: A run's verdict. `pass`: every contract observed and as expected, every selected test passed, nothing skipped
@@ -298,7 +274,7 @@ def unmachined(value):
 
 def publishable(value):
     """What a written report holds: this machine's paths made relative, then volatile tokens (pids, log times, temp
-    paths: harness.reporting.stable.text) replaced, in one pass over the strings."""
+    paths: harness.support.volatile.text) replaced, in one pass over the strings."""
     return map_strings(value, lambda v: text(unmachined_text(v)))
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from harness import contracts
 from harness.contracts.base import Attach
+from harness.contracts.rpc import echo
 from harness.runtime import transport
 from harness.support import shm_orphans
 
@@ -108,11 +109,6 @@ def worker_segments(real: Any) -> list[str]:
         if isinstance(name, str):
             names.append(name)
     return names
-
-
-def echo(worker: Any, value: Any) -> Any:
-    """RPC body used to learn how `collective_rpc` returns a single rank's reply (module level: picklable)."""
-    return value
 
 
 class PendingStep:

@@ -31,7 +31,7 @@ from harness.runtime import fast_path, transport, zmq_contexts
 from harness.runtime.executor_view import ExecutorView
 from harness.runtime.inputs import (HarnessInputError, check_weights, checked_layer_ids, checked_prompts,
                                    load_format_of, read_model_config, text_config)
-from harness.runtime.namespace import rebind
+from harness.support.namespace import rebind
 
 WORKER_EXTENSION = "harness.runtime.worker.HarnessWorkerExtension"
 DEFAULT_RPC_TIMEOUT_S = float(os.environ.get("HARNESS_RPC_TIMEOUT_S", "600"))

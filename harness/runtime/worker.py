@@ -23,7 +23,7 @@ from speculators.data_generation.custom_worker import HiddenStatesWorkerExtensio
 
 from harness.contracts.base import Attempt  # noqa: E402
 from harness.runtime import transport  # noqa: E402
-from harness.runtime.namespace import rebind  # noqa: E402
+from harness.support.namespace import rebind  # noqa: E402
 
 _SPECULATORS_MODULE_GLOBALS = vars(sys.modules[HiddenStatesWorkerExtension.__module__])
 

@@ -169,7 +169,7 @@ def run(model_name: str = "tiny-llama", pairs: int = 5, dtype: str = "float32", 
 
 
 def write(env: str, result: dict, report_dir: Path = REPORTS) -> Path:
-    from harness.reporting.report import write_atomic
+    from harness.support.report_files import write_atomic
 
     path = Path(report_dir) / f"{env}.bench.json"
     write_atomic(path, json.dumps(result, indent=2) + "\n")

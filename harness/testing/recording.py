@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from harness.reporting import stable
+from harness.support import volatile
 from harness.testing.collector import COLLECTOR, E2E, META, NOTE, OBS, PROOF
 
 #: A skip whose reason starts with this is a declared n/a (the thing tested does not apply here, said why);
@@ -85,14 +85,14 @@ def record_e2e(request):
 def record_proof(request):
     """`record(key, result, text)`: a shim proof's result for contract row `key` (see harness.reporting.report.PROOF_*)."""
     def record(key: str, result: str, text: str = "") -> None:
-        request.node.user_properties.append((PROOF, {"contract": key, "result": result, "evidence": stable.text(text)[:400]}))
+        request.node.user_properties.append((PROOF, {"contract": key, "result": result, "evidence": volatile.text(text)[:400]}))
     return record
 
 
 @pytest.fixture
 def record_note(request):
     def record(text: str) -> None:
-        request.node.user_properties.append((NOTE, stable.text(text)))
+        request.node.user_properties.append((NOTE, volatile.text(text)))
     return record
 
 

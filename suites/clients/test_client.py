@@ -21,7 +21,7 @@ import pytest
 
 from harness.native import availability
 from harness.clients import contracts as cc
-from harness.clients.releases import CLIENT, CLIENT_MODELS, CLIENTS, client_row
+from harness.subjects.releases import CLIENT, CLIENT_MODELS, CLIENTS, client_row
 from harness.native.layer_ids import map_layer_ids
 from harness.testing.recording import check_expected, not_applicable
 
@@ -39,8 +39,8 @@ def test_connectors_contract(record_observation):
     """`client-connectors`: hs-connectors' imports and subclasses against the installed vLLM (n/a without the export)."""
     import vllm
 
-    from harness.clients.connectors_surface import fixture_path
-    from harness.gate.client import CONNECTORS_OF
+    from harness.installed.connectors_surface import fixture_path
+    from harness.gate.read.client import CONNECTORS_OF
 
     na = _no_export()
     if na:

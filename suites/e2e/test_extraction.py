@@ -23,7 +23,7 @@ import torch
 from harness import contracts
 from harness.subjects import reference
 from harness.subjects.prompts import random_prompts
-from harness.runtime import batch_checks
+from harness.subjects import batches
 from harness.testing.recording import expected_broken, not_applicable
 
 OFF_BY_ONE_MIN = 1e-2
@@ -177,7 +177,7 @@ def test_streamed_and_shared_memory_hand_offs_are_bit_identical_to_the_rpc(run, 
     gen = run.generator
     shipped = gen.copy_out
     budget = int(gen.vllm_config.scheduler_config.max_num_batched_tokens)
-    batch = batch_checks.straddling_batch(budget, run.model.vocab_size)
+    batch = batches.straddling_batch(budget, run.model.vocab_size)
     set_transport = lambda mode: gen.real_executor.collective_rpc("_harness_set_transport", args=(mode,))[0]  # noqa: E731
     regrouped = lambda: gen.real_executor.collective_rpc(chunkedprefill.reordered)[0]  # noqa: E731
     out, used = {}, {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from harness.subjects.prompts import random_prompts
-from harness.runtime import batch_checks
+from harness.subjects import batches
 
 
 def same(a: list[dict], b: list[dict]) -> bool:
@@ -21,7 +21,7 @@ def same(a: list[dict], b: list[dict]) -> bool:
 def test_fast_path_is_bitwise_speculators_loop(run, record_e2e):
     gen = run.generator
     budget = int(gen.vllm_config.scheduler_config.max_num_batched_tokens)
-    big = batch_checks.straddling_batch(budget, run.model.vocab_size)
+    big = batches.straddling_batch(budget, run.model.vocab_size)
     small = random_prompts(5, 17, 131, run.model.vocab_size, seed=41)
     ahead_before, detached_before = gen.steps_ahead, gen.fast_views.detached
 

@@ -21,7 +21,10 @@ from pathlib import Path
 import pytest
 
 from harness import contracts
-from harness.gate import allowlist, coverage, sources, used_surface
+from harness.gate.decide import allowlist
+from harness.gate.read import coverage
+from harness.vllm_source import used_surface
+from harness.envs import sources
 from harness.gate.cli import add_parser, configure, run
 from harness.support.paths import REPO_ROOT
 
@@ -182,7 +185,9 @@ def test_static_gate_time_with_sources_cached(gate, capsys):
 
 def test_a_contract_without_facts_is_not_checked_and_undecided(cache_dir):
     """Never SAFE for what was not read: drop one contract's facts from real ones and the gate says 2."""
-    from harness.gate import dynamic, static, verdict
+    from harness.gate.decide import verdict
+    from harness.gate.read import dynamic
+    from harness.gate.read import static
 
     roots = [sources.ensure(v, cache_dir).root for v in ("0.11.1", "0.11.2")]
     old, new = static.read_versions(roots, used_surface.fixture_path(), parallel=False)
@@ -223,7 +228,7 @@ def test_use_reports_on_committed_reports_does_not_turn_expected_breaks_into_bro
 
 
 def test_a_contract_observed_worse_than_expected_makes_the_gate_broken_and_is_named(tmp_path):
-    from harness.gate import dynamic
+    from harness.gate.read import dynamic
 
     rep = json.loads((REPO_ROOT / "reports" / "vllm022.json").read_text())
     row = next(c for c in rep["contracts"] if c["contract"] == "rpc")

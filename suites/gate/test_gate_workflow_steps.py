@@ -54,7 +54,7 @@ def link_or_copy(src: str, dst: str) -> None:
 
 def restore_cache(cache_dir: Path, dest: Path) -> None:
     """What the workflow's cache step restores: both versions' sources (fetched into the suite's cache first)."""
-    from harness.gate import sources
+    from harness.envs import sources
 
     for version in (OLD, NEW):
         src = sources.ensure(version, cache_dir).root

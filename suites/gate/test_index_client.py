@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from harness.gate import sources
+from harness.envs import sources
 
 VERSION = "9.9.9"
 USER, PASSWORD = "team", "s3cret"

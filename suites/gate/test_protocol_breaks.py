@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.gate import bisect, client, sources
+from harness.gate.sweeps import bisect
+from harness.gate.read import client
+from harness.envs import sources
 from harness.gate.cli import configure, run
 from harness.support.paths import REPO_ROOT
 
@@ -192,7 +194,7 @@ def test_an_attribute_assigned_only_outside_construction_does_not_count(fabricat
 def test_cuda_is_judged_by_the_runner_its_config_selects():
     """From 0.22 VllmConfig turns the V2 runner on wherever Triton imports (CUDA hosts): the gate counts it as a
     default there; up to 0.20 it is an opt-in variable."""
-    from harness.gate import runners
+    from harness.vllm_source import runners
 
     for version, v2 in (("0.20.0", False), ("0.22.0", True), ("0.33.0", True)):
         root = sources.ensure(version).root
@@ -203,7 +205,7 @@ def test_cuda_is_judged_by_the_runner_its_config_selects():
 
 def test_a_sort_moved_from_the_runner_into_the_scheduler_is_never_safe(tmp_path):
     """0.34: the V2 runner's sort of a step's requests removed and put into Scheduler.schedule."""
-    from harness.gate import mutants
+    from harness.gate.sweeps import mutants
 
     root = sources.ensure("0.34.0").root
     found, _ = mutants.generate("0.34.0", root, per_operator=5)
@@ -216,7 +218,7 @@ def test_a_sort_moved_from_the_runner_into_the_scheduler_is_never_safe(tmp_path)
 def test_the_quick_mutation_run_flags_every_protocol_mutant_and_no_neutral_one(tmp_path):
     """The CI subset of `harness gate mutants`: one mutant per operator of 0.34.0 (the full run, 15 per operator
     on 0.33.0 and 0.34.0, is reports/gate-mutants.*)."""
-    from harness.gate import mutants
+    from harness.gate.sweeps import mutants
 
     rep = mutants.run(["0.34.0"], 1, tmp_path / "m.json", tmp_path / "m.md", log=lambda m: None)
     assert rep["operators"] >= 6 and rep["protocol"]["mutants"] >= 6, rep["by_operator"]

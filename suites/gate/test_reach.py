@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.gate import reach
+from harness.gate.read import reach
 
 FILES = {
     "vllm/__init__.py": "",

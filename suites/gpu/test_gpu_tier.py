@@ -112,11 +112,11 @@ def test_fast_path_equals_speculators_loop(tier):
     """`generate(..., fast=True)` (harness.runtime.fast_path: the next step scheduled while the forward runs, results
     as views of the hand-off buffer) against speculators' own loop, on a batch over one step's token budget: bitwise
     (where the same batch twice is bitwise; else within the tier's bound, said so)."""
-    from harness.runtime import batch_checks
+    from harness.subjects import batches
 
     gen = tier.generator
     budget = int(gen.vllm_config.scheduler_config.max_num_batched_tokens)
-    big = batch_checks.straddling_batch(budget, gen.vocab_size)
+    big = batches.straddling_batch(budget, gen.vocab_size)
     theirs = gen.generate(big)
     ahead = gen.steps_ahead
     ours = gen.generate(big, fast=True)
@@ -139,11 +139,11 @@ def test_states_on_device_equal_host(tier):
     worker's GPU, opened here through CUDA IPC) on a batch over one step's token budget: both calls go through the
     device hand-off (counted) and give the host hand-off's results; the fast path's are tensors on the GPU
     (speculators' own loop copies each prompt's rows to the host itself, `.clone().cpu()`, so its stay there)."""
-    from harness.runtime import batch_checks
+    from harness.subjects import batches
 
     gen = tier.generator
     budget = int(gen.vllm_config.scheduler_config.max_num_batched_tokens)
-    big = batch_checks.straddling_batch(budget, gen.vocab_size)
+    big = batches.straddling_batch(budget, gen.vocab_size)
     host = gen.generate(big)
 
     def switch(mode: str) -> dict:

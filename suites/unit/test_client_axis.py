@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.clients.releases import client_row
+from harness.subjects.releases import client_row
 from harness.reporting import client_axis as ca
 
 

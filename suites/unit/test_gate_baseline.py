@@ -5,8 +5,8 @@ import json
 from packaging.version import Version
 
 from harness.envs import tox_envs
-from harness.gate import sources
-from harness.gate.baseline import WRITTEN_FOR, last_known_good
+from harness.envs import sources
+from harness.gate.obtain.baseline import WRITTEN_FOR, last_known_good
 
 
 def _report(status_pass: bool) -> dict:
@@ -47,7 +47,7 @@ def test_dev_versions_are_understood():
 def test_bisect_finds_a_change_made_and_later_undone_and_reads_each_release_once():
     """With no change at the newer end, every release between is read: the change made in 0.3 and undone in 0.5
     is named with both, not reported as "no finding"; a lasting change is bisected."""
-    from harness.gate.bisect import locate
+    from harness.gate.sweeps.bisect import locate
 
     releases = ["0.1", "0.2", "0.3", "0.4", "0.5", "0.6"]
     read: list[str] = []

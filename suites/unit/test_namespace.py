@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from harness.runtime.namespace import TorchProxy, rebind
+from harness.support.namespace import TorchProxy, rebind
 
 
 def test_rebind_replaces_globals_in_the_subclass_only():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.gate.pin import NoPin, main, read
+from harness.gate.obtain.pin import NoPin, main, read
 
 CASES = {
     "uv.lock": 'version = 1\n[[package]]\nname = "torch"\nversion = "2.9.0"\n[[package]]\nname = "vllm"\n'
@@ -46,7 +46,7 @@ def test_a_missing_file_is_refused(tmp_path, capsys):
 
 def test_includes_local_builds_urls_and_the_speculators_pin(tmp_path):
     """What a team's requirements look like: an include, a CPU build's local version, the client they run."""
-    from harness.gate.pin import pins
+    from harness.gate.obtain.pin import pins
 
     (tmp_path / "base.txt").write_text("vllm==0.16.0+cpu\n-c constraints.txt\n")
     (tmp_path / "constraints.txt").write_text("speculators==0.8.0\n")
@@ -70,7 +70,7 @@ def test_an_include_cycle_ends(tmp_path):
 
 
 def test_the_client_gate_knows_every_server_path_release_and_its_own_connectors():
-    from harness.gate import client
+    from harness.gate.read import client
 
     assert sorted(client.CONNECTORS_OF) == ["0.5.0", "0.6.0", "0.8.0", "0.9.0"]
     assert client.connectors_label("0.6.0") == "vLLM's own connector"

@@ -46,7 +46,7 @@ def test_port_check_sees_a_listening_socket():
 def test_hs_connectors_surface_fixture_is_what_its_source_says():
     """fixtures/surfaces/hs-connectors-0.9.0.json is derived from the released wheel by AST: a fresh parse equals it,
     and it holds the vLLM internals the connectors stand on (the base class, the example connector they subclass)."""
-    from harness.clients import connectors_surface as cs
+    from harness.installed import connectors_surface as cs
 
     committed = json.loads(cs.fixture_path("0.9.0").read_text())
     assert committed == json.loads(json.dumps(cs.parse("0.9.0"), sort_keys=True))

@@ -30,7 +30,7 @@ def test_the_committed_shim_surface_is_the_one_the_code_shows():
     fixture would gate yesterday's shims (regenerate: python -m harness surface --shims)."""
     import json
 
-    from harness.gate import shim_surface
+    from harness.vllm_source import shim_surface
 
     committed = json.loads(shim_surface.FIXTURE.read_text())
     assert committed == shim_surface.derive(), "stale: run `python -m harness surface --shims` and commit the fixture"

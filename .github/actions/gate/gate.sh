@@ -49,15 +49,15 @@ if [ -n "${GATE_BASE_REF:-}" ]; then  # a pull request: the base's pin against t
   base="$tmp/gate-base-$(basename "$GATE_LOCK_FILE")"
   git show "$GATE_BASE_REF:./$GATE_LOCK_FILE" > "$base" 2> "$tmp/gate-git.err" ||
     refuse "the base ref $GATE_BASE_REF has no $GATE_LOCK_FILE ($(last_line "$tmp/gate-git.err")); check out with fetch-depth: 0"
-  from=$("$py" -m harness.gate.pin "$base" 2> "$tmp/gate-pin.err") || refuse "base: $(last_line "$tmp/gate-pin.err")"
-  to=$("$py" -m harness.gate.pin "$GATE_LOCK_FILE" 2> "$tmp/gate-pin.err") || refuse "head: $(last_line "$tmp/gate-pin.err")"
+  from=$("$py" -m harness.gate.obtain.pin "$base" 2> "$tmp/gate-pin.err") || refuse "base: $(last_line "$tmp/gate-pin.err")"
+  to=$("$py" -m harness.gate.obtain.pin "$GATE_LOCK_FILE" 2> "$tmp/gate-pin.err") || refuse "head: $(last_line "$tmp/gate-pin.err")"
 elif [ -z "$from" ]; then
   [ -n "${GATE_LOCK_FILE:-}" ] ||
     refuse "give the vLLM you run now: a lock file (lock-file / GATE_LOCK_FILE) or a version (from / GATE_FROM)"
-  from=$("$py" -m harness.gate.pin "$GATE_LOCK_FILE" 2> "$tmp/gate-pin.err") || refuse "$(last_line "$tmp/gate-pin.err")"
+  from=$("$py" -m harness.gate.obtain.pin "$GATE_LOCK_FILE" 2> "$tmp/gate-pin.err") || refuse "$(last_line "$tmp/gate-pin.err")"
 fi
 [ -n "$to" ] || to="${GATE_TO:-}"
-[ -n "$to" ] || to=$("$py" -m harness.gate.pin --newest 2> "$tmp/gate-pin.err") || refuse "$(last_line "$tmp/gate-pin.err")"
+[ -n "$to" ] || to=$("$py" -m harness.gate.obtain.pin --newest 2> "$tmp/gate-pin.err") || refuse "$(last_line "$tmp/gate-pin.err")"
 out="${GATE_JSON:-$tmp/gate.json}"
 args=(gate --from "$from" --to "$to" --json "$out")
 # The lock file also pins speculators: its release chooses the path judged (unless GATE_CLIENT names one).

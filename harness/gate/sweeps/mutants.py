@@ -22,7 +22,7 @@ neutral
 * `optional-kwarg`: a keyword-only parameter with a default added to a function on a watched path, body unchanged;
 * `new-module`: a module nothing imports.
 
-The sites come from the release itself (its set-up, worker and request paths as `harness.gate.reach` draws them, the
+The sites come from the release itself (its set-up, worker and request paths as `harness.gate.read.reach` draws them, the
 attribute definitions, the functions that touch a step's requests), so an operator is applied wherever its kind of
 change can land, not where the gate was tuned. A mutant whose source no longer parses is dropped (counted).
 """
@@ -121,7 +121,7 @@ class Site:
 
 def _path_sites(root: Path, contracts: tuple[str, ...]) -> list[Site]:
     """The functions the named contracts' watched paths follow in this release (both platforms)."""
-    from harness.gate import reach
+    from harness.gate.read import reach
 
     index = reach.Index(root)
     out: dict[tuple, Site] = {}
@@ -210,7 +210,7 @@ def generate(release: str, root: Path, per_operator: int, seed: int = 2026) -> t
 
         add("insert-helper-call", s.file, where, helped)
     # rename-attribute: definitions on the construction path of the worker, runner and input batch classes
-    from harness.gate import runners
+    from harness.vllm_source import runners
 
     for s in worker:
         if not s.cls or s.fn not in runners.CONSTRUCTION + ("init_device",):
@@ -361,7 +361,9 @@ def _top_names(text: str) -> set[str]:
 
 def baseline(root: str, fixture: str) -> tuple:
     """The release's facts, the files they were read from (relative) and the names searched across the tree."""
-    from harness.gate import runners, static, tree
+    from harness.gate.read import static
+    from harness.vllm_source import runners
+    from harness.vllm_source import tree
 
     if root not in _BASELINE:
         runners.read.cache_clear()
@@ -394,7 +396,10 @@ def judge(root: str, fixture: str, m: Mutant) -> Mutant:
     import datetime as _dt
 
     from harness import contracts
-    from harness.gate import allowlist, reach, static, verdict
+    from harness.gate.decide import allowlist
+    from harness.gate.decide import verdict
+    from harness.gate.read import reach
+    from harness.gate.read import static
 
     base_facts, read_files, names = baseline(root, fixture)
     with tempfile.TemporaryDirectory(prefix="harness-mutant-") as tmp:
@@ -417,7 +422,8 @@ def judge(root: str, fixture: str, m: Mutant) -> Mutant:
 
 def run(releases: list[str], per_operator: int, out_json: Path, out_md: Path, workers: int = 2,
         log=print) -> dict:
-    from harness.gate import sources, used_surface
+    from harness.vllm_source import used_surface
+    from harness.envs import sources
 
     fixture = str(used_surface.fixture_path("0.3.0"))
     started = time.perf_counter()
@@ -437,7 +443,7 @@ def run(releases: list[str], per_operator: int, out_json: Path, out_md: Path, wo
             if i % 20 == 0 or i == len(args):
                 log(f"gate mutants: {i}/{len(args)} judged")
     report = summarise(done, releases, dropped, round(time.perf_counter() - started, 1), per_operator)
-    from harness.reporting.report import write_atomic
+    from harness.support.report_files import write_atomic
 
     write_atomic(out_json, json.dumps(report, indent=2) + "\n")
     write_atomic(out_md, markdown(report))

@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.gate.facts import Finding
+from harness.vllm_source.facts import Finding
 from harness.support.paths import FIXTURES
 
 DEFAULT = FIXTURES / "gate" / "allowlist.toml"

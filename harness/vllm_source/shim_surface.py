@@ -14,7 +14,7 @@ Entries (`kind`, `name`, `contract`, `site` = harness file:function):
   (`a|b`: any of them will do, the function falls back);
 * `rpc` - worker methods called by name through `collective_rpc("name")` (the harness's own `_` names left out);
 * `runner` - attributes read on the model runner (`<x>.model_runner.<attr>`), checked on every runner the GPU
-  and CPU workers build by default (`harness.gate.runners`).
+  and CPU workers build by default (`harness.vllm_source.runners`).
 
 `python -m harness surface --shims` rewrites the fixture; a unit test holds the committed one to the code.
 """
@@ -26,14 +26,14 @@ import json
 import re
 from pathlib import Path
 
-from harness.gate import runners
-from harness.gate.facts import RUNTIME, Fact
+from harness.vllm_source import runners
+from harness.vllm_source.facts import RUNTIME, Fact
 from harness.support.paths import FIXTURES, SOURCE_ROOT
 
 FIXTURE = FIXTURES / "surfaces" / "harness-shims.json"
 #: The harness code that touches vLLM at run time, relative to the repository root.
 SOURCES = ("harness/contracts/*.py", "harness/runtime/worker.py", "harness/runtime/executor_view.py",
-           "harness/runtime/row_order.py", "harness/runtime/transport.py")
+           "harness/installed/row_order.py", "harness/runtime/transport.py")
 MODULE_NAME = re.compile(r"^vllm(\.\w+)+$")
 KIND = "shim-surface-removed"
 
@@ -117,12 +117,12 @@ def derive(root: Path = SOURCE_ROOT) -> dict:
             sent = [n for n in (unique[key].get("args"), e["args"]) if n is not None]
             e = {**e, "args": max(sent) if len(sent) == 2 else None}
         unique[key] = e
-    return {"generated_by": "harness.gate.shim_surface.derive", "sources": list(SOURCES),
+    return {"generated_by": "harness.vllm_source.shim_surface.derive", "sources": list(SOURCES),
             "entries": [unique[k] for k in sorted(unique)]}
 
 
 def write(path: Path = FIXTURE) -> Path:
-    from harness.reporting.report import write_atomic
+    from harness.support.report_files import write_atomic
 
     write_atomic(path, json.dumps(derive(), indent=1, sort_keys=True) + "\n")
     return path
@@ -135,7 +135,7 @@ def load(path: Path = FIXTURE) -> list[dict]:
 # -- the gate's reading of one version ----------------------------------------------------------------------
 def _required_positional(root: Path, where: str) -> int | None:
     """The positional parameters without a default of the method defined at `where` ("file:line"), self left out."""
-    from harness.gate.tree import _parse
+    from harness.vllm_source.tree import _parse
 
     rel, _, line = where.rpartition(":")
     node = next((n for n in ast.walk(_parse(str(root / rel))) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -148,7 +148,7 @@ def _required_positional(root: Path, where: str) -> int | None:
 
 def engine_calls(tree) -> set[str]:
     """The executor methods EngineCore's KV-cache set-up calls in this version (empty where it is not read)."""
-    from harness.gate import engine_setup
+    from harness.vllm_source import engine_setup
 
     steps, _ = engine_setup.steps(tree.root)
     return {s.name for s in steps if s.on_executor}

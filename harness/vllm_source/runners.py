@@ -5,7 +5,7 @@ The harness's worker-side shims read the runner (`worker.model_runner.input_batc
 requests in the order their rows were captured). vLLM 0.34 deleted the V1 runner that attribute lives on and
 builds the V2 runner, which has no persistent `input_batch` and sorts each step's requests by scheduled token
 count. Neither change shows in a signature; both are read here for C-chunkedprefill's gate check and for the
-harness's own shim surface (`harness.gate.shim_surface`).
+harness's own shim surface (`harness.vllm_source.shim_surface`).
 
 A runner is *built by default* when the worker constructs it outside the branches `NOT_DEFAULT` names (the V2
 opt-in switch, encoder-only models speculators never extracts from); other branches (the platform: CPUs without
@@ -23,7 +23,7 @@ import ast
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from harness.gate.tree import _parse, module_file
+from harness.vllm_source.tree import _parse, module_file
 from pathlib import Path
 
 #: The worker modules whose runner speculators' generator drives (GPU and CPU builds), and their classes.

@@ -8,7 +8,7 @@ Verdicts, strongest first:
   restore (`CONTRACT.shim is None`, e.g. C-layer).
 * NEEDS-NEW-SHIM (exit 1) - an uncovered change anywhere else.
 * REVIEW (exit 3) - code on a watched path changed and no check classifies the change
-  (`changed-unclassified`, `harness.gate.reach`): a reviewer reads the listed diffs, or `--dynamic` runs the
+  (`changed-unclassified`, `harness.gate.read.reach`): a reviewer reads the listed diffs, or `--dynamic` runs the
   candidate and observes the contract. Never SAFE while one is open.
 * NEEDS-SHIM-AND-COVERED (exit 0) - changes, each covered by an existing shim (listed) or accepted
   by an active allow-list entry.
@@ -46,11 +46,11 @@ import fnmatch
 from dataclasses import asdict, dataclass, field
 
 from harness.contracts import by_id
-from harness.gate import coverage
-from harness.gate.allowlist import Entry, apply
-from harness.gate.facts import RUNTIME, SURFACE, Finding
-from harness.gate.static import Comparison
-from harness.reporting.report import now
+from harness.gate.read import coverage
+from harness.gate.decide.allowlist import Entry, apply
+from harness.vllm_source.facts import RUNTIME, SURFACE, Finding
+from harness.gate.read.static import Comparison
+from harness.support.report_files import now
 
 SCHEMA = "harness-gate/1"
 EXIT = {"SAFE": 0, "NEEDS-SHIM-AND-COVERED": 0, "NEEDS-NEW-SHIM": 1, "BROKEN": 1, "UNDECIDED": 2, "REVIEW": 3}
@@ -71,7 +71,7 @@ class Gate:
     expired: list[dict] = field(default_factory=list)
     #: Rows the candidate's own env observed worse than its expectations, for contracts speculators relies on.
     observed_worse: list[dict] = field(default_factory=list)
-    #: Watched-path changes (harness.gate.reach): open ones, ones a targeted check classified, and per contract.
+    #: Watched-path changes (harness.gate.read.reach): open ones, ones a targeted check classified, and per contract.
     unclassified: list = field(default_factory=list)
     classified: list = field(default_factory=list)
     paths: dict = field(default_factory=dict)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.gate.facts import Fact
-from harness.gate.tree import Tree
-from harness.gate.used_surface import Call
+from harness.vllm_source.facts import Fact
+from harness.vllm_source.tree import Tree
+from harness.vllm_source.used_surface import Call
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Callable
 from harness import contracts
 from harness.contracts import layer
 from harness.contracts.base import GateCover
-from harness.gate.facts import RUNTIME, SURFACE, Finding
+from harness.vllm_source.facts import RUNTIME, SURFACE, Finding
 
 #: (import symbol glob, chain after it or None for any, contract): the first matching row owns a fact; anything
 #: else is SURFACE (used vLLM API outside every contract).

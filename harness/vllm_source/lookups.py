@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from harness.gate.facts import Fact
+from harness.vllm_source.facts import Fact
 
 #: The decoder stacks the harness runs (tiny-llama, tiny-deepseek-v3; Kimi-K2.5's stack is DeepseekV2Model):
 #: family -> (module, stack class, decoder layer class, causal-LM class).
@@ -30,6 +30,6 @@ def site(call) -> str:
 
 
 def parse_file(path):
-    from harness.gate.tree import _parse
+    from harness.vllm_source.tree import _parse
 
     return _parse(str(path))

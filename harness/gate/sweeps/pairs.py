@@ -1,7 +1,7 @@
 """`harness gate pairs`: the gate on every consecutive pair of vLLM releases, one table.
 
 What a reviewer meets when a team moves one release at a time: per pair, the verdict and how many changes on a
-watched path no check classifies (`changed-unclassified`, `harness.gate.reach`), next to the classified findings.
+watched path no check classifies (`changed-unclassified`, `harness.gate.read.reach`), next to the classified findings.
 A pair with hundreds of them would mean a watched path is drawn too wide; the counts are the evidence for where the
 paths stop. Writes `reports/gate-release-pairs.{json,md}` (or `--json`).
 """
@@ -24,7 +24,7 @@ FIRST, LAST = "0.11.0", "0.34.0"
 
 def releases(first: str, last: str) -> list[str]:
     """Final releases on the index from `first` to `last` (post-releases left out: they repeat their release)."""
-    from harness.gate import sources
+    from harness.envs import sources
 
     found = set()
     for a in sources.list_files():
@@ -37,8 +37,8 @@ def releases(first: str, last: str) -> list[str]:
 
 def run(args) -> int:
     """Each pair is judged by the `harness gate` command itself, in a process of its own."""
-    from harness.gate import sources
-    from harness.reporting.report import now, write_atomic
+    from harness.envs import sources
+    from harness.support.report_files import now, write_atomic
 
     first, last = args.between or (FIRST, LAST)
     try:

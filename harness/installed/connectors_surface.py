@@ -8,7 +8,7 @@ probes: per module, the vLLM names it imports (at any depth), its calls and attr
 its bases and the methods it defines (a subclass that overrides a private method, like the FP8 connector's
 `_write_tensors`, depends on that method's signature).
 
-    python -m harness.clients.connectors_surface [--version 0.9.0]   # rewrites the fixture
+    python -m harness.installed.connectors_surface [--version 0.9.0]   # rewrites the fixture
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _classes(tree: ast.Module) -> dict:
 
 def parse(version: str) -> dict:
     from harness.installed import surface
-    from harness.clients.wheels import wheel_tree
+    from harness.envs.wheels import wheel_tree
 
     root = wheel_tree(PROJECT, version) / PACKAGE
     modules = {}
@@ -64,7 +64,7 @@ def dump(version: str) -> Path:
 if __name__ == "__main__":
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m harness.clients.connectors_surface",
+    ap = argparse.ArgumentParser(prog="python -m harness.installed.connectors_surface",
                                  description="Rewrite fixtures/surfaces/hs-connectors-<version>.json from that "
                                              "release's wheel.")
     ap.add_argument("--version", default="0.9.0", help="the hs-connectors release to read (default: 0.9.0)")

@@ -33,7 +33,7 @@ def wheel_tree(project: str, version: str) -> Path:
     if downloaded:
         from packaging.version import Version
 
-        from harness.gate import sources
+        from harness.envs import sources
 
         found = next((a for a in sources.list_files(project)
                       if a.kind == "wheel" and sources.file_version(a) == Version(version)), None)

@@ -13,7 +13,7 @@ construction, load and execute path, the scheduler's request path) and follows, 
 * `f()` and `Cls()`: a function or class of the watched packages, through the module's imports.
 
 The concrete classes are the platform's (`PLATFORMS`): the CUDA worker and the CPU worker, each with the runners it
-builds by default (`harness.gate.runners`), since CPU and CUDA builds run different code. Calls under a condition on
+builds by default (`harness.vllm_source.runners`), since CPU and CUDA builds run different code. Calls under a condition on
 a feature speculators' configuration never turns on (`NEVER_ENABLED`) are not followed: that code never runs for it.
 
 A reachable function is compared with the baseline's function of the same name by its syntax tree with docstrings
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from harness.gate.tree import module_of
+from harness.vllm_source.tree import module_of
 
 #: The packages whose code the watched paths may enter (calls out of them are leaves).
 PACKAGES = ("vllm/v1/engine", "vllm/v1/worker", "vllm/v1/core", "vllm/v1/executor", "vllm/v1/request.py")
@@ -136,7 +136,7 @@ class Module:
 @lru_cache(maxsize=4096)
 def _read_module(path: str, digest: str, root: str) -> Module:
     """One module's classes, functions and imports (cached by content: the mutants share all but one file)."""
-    from harness.gate.runners import imports_of
+    from harness.vllm_source.runners import imports_of
 
     rel = str(Path(path).relative_to(root))
     name = module_of(rel)
@@ -289,7 +289,7 @@ class Platform:
 
 
 def platform_roles(root: Path, index: Index) -> list[Platform]:
-    from harness.gate import runners
+    from harness.vllm_source import runners
 
     out = []
     for name, (module, cls) in PLATFORMS.items():

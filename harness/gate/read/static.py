@@ -17,11 +17,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.gate import checks, coverage
-from harness.gate.facts import Fact, Finding
-from harness.gate.tree import Tree, TreeError, analyse
-from harness.gate.calls import Ref, call_facts  # noqa: F401 - Ref is part of this module's vocabulary
-from harness.gate.used_surface import UsedSurface
+from harness.gate.read import coverage
+from harness.gate.read import contract_checks
+from harness.vllm_source.facts import Fact, Finding
+from harness.vllm_source.tree import Tree, TreeError, analyse
+from harness.vllm_source.calls import Ref, call_facts  # noqa: F401 - Ref is part of this module's vocabulary
+from harness.vllm_source.used_surface import UsedSurface
 
 
 # -- following speculators' expressions into vLLM ------------------------------------------------------
@@ -138,19 +139,19 @@ def surface_facts(tree: Tree, used: UsedSurface) -> tuple[list[Fact], Follower]:
 
 def version_facts(root: str, fixture: str) -> list[Fact]:
     """Every fact of one version (run in a worker process: griffe and the AST stay there)."""
-    from harness.gate import shim_surface
-    from harness.gate.used_surface import load
+    from harness.vllm_source import shim_surface
+    from harness.vllm_source.used_surface import load
 
     used = load(path=Path(fixture))
     ours = shim_surface.load()
 
     def read(tree: Tree) -> list[Fact]:
         facts, follower = surface_facts(tree, used)
-        facts += checks.run_all(tree, used, follower)
+        facts += contract_checks.run_all(tree, used, follower)
         facts += shim_surface.facts(tree, ours)
         return _unique(facts)
 
-    return analyse(Path(root), checks.seed_modules(used), read)
+    return analyse(Path(root), contract_checks.seed_modules(used), read)
 
 
 def _unique(facts: list[Fact]) -> list[Fact]:

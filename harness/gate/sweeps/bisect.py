@@ -20,8 +20,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from harness.gate import sources
-from harness.gate.baseline import WRITTEN_FOR
+from harness.envs import sources
+from harness.gate.obtain.baseline import WRITTEN_FOR
 
 
 @dataclass
@@ -82,7 +82,8 @@ def locate(releases: list[str], changed) -> tuple[str | None, str | None, str | 
 
 def bisect(contract: str, a: str | None = None, b: str | None = None, cache_dir=None, fixture: Path | None = None,
            log=print, match: str | None = None) -> Bisection:
-    from harness.gate import static, used_surface
+    from harness.gate.read import static
+    from harness.vllm_source import used_surface
 
     fixture = fixture or used_surface.fixture_path("0.3.0")
     a = sources.normalize(a or WRITTEN_FOR)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness.installed import surface
 from harness.support.paths import FIXTURES
-from harness.reporting.report import write_atomic
+from harness.support.report_files import write_atomic
 
 DEFAULT_SPECULATORS = "0.3.0"
 DIRECTORY = FIXTURES / "surfaces"
@@ -61,7 +61,7 @@ def generate(path: Path | None = None) -> dict:
     for module in surface.CLIENT_MODULES:
         source = surface.module_source(module)
         modules[module] = {**surface.parse(module, source).to_json(), "bindings": bindings(source)}
-    data = {"speculators": installed, "generated_by": "harness.gate.used_surface.generate", "modules": modules}
+    data = {"speculators": installed, "generated_by": "harness.vllm_source.used_surface.generate", "modules": modules}
     write_atomic(path or fixture_path(installed), json.dumps(data, indent=2, sort_keys=True) + "\n")
     return data
 

@@ -31,7 +31,7 @@ class Fact:
 #: Pseudo-contract for vLLM API speculators uses that none of the harness's contracts is about.
 SURFACE = "surface"
 #: Pseudo-contract for the vLLM surface of the harness's runtime (worker extension, executor view, transport),
-#: which no one contract owns (`harness.gate.shim_surface`).
+#: which no one contract owns (`harness.vllm_source.shim_surface`).
 RUNTIME = "runtime"
 
 

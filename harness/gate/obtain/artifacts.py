@@ -28,8 +28,8 @@ from pathlib import Path, PurePosixPath
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion
 
-from harness.gate import sources
-from harness.gate.sources import PROJECT, Artifact, SourceError, Sources, VersionNotFound
+from harness.envs import sources
+from harness.envs.sources import PROJECT, Artifact, SourceError, Sources, VersionNotFound
 
 SDIST_SUFFIXES = (".tar.gz", ".zip")
 SAFE_LABEL = re.compile(r"[^A-Za-z0-9.+_-]+")

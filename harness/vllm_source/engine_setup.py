@@ -20,8 +20,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.gate.runners import imports_of
-from harness.gate.tree import _parse, module_file
+from harness.vllm_source.runners import imports_of
+from harness.vllm_source.tree import _parse, module_file
 
 MODULE = "vllm.v1.engine.core"
 CLASS = "EngineCore"

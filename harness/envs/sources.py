@@ -75,7 +75,7 @@ class Sources:
     version: str
     root: Path
     origin: str  # "cache" or the archive it was extracted from
-    provenance: dict | None = None  # where they came from (see harness.gate.artifacts)
+    provenance: dict | None = None  # where they came from (see harness.gate.obtain.artifacts)
 
 
 #: Where the index comes from, first match wins: the harness's own setting, then uv's and pip's.

@@ -11,8 +11,8 @@ and answers `holds=None` (not checked) rather than guess when it cannot find wha
 from __future__ import annotations
 
 from harness import contracts
-from harness.gate.facts import Fact
-from harness.gate.lookups import FAMILIES, KIMI
+from harness.vllm_source.facts import Fact
+from harness.vllm_source.lookups import FAMILIES, KIMI
 
 
 def seed_modules(used) -> set[str]:

@@ -1,0 +1,2 @@
+"""Step 1 of the gate: the two sides it compares, as sources: what `--to`/`--from` may name (`artifacts`), a team's
+pin read from its lock file (`pin`), and the last known good build when `--from` is not given (`baseline`)."""
