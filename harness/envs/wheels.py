@@ -8,6 +8,8 @@ by path keeps speculators 0.3.0, installed for the in-process path, untouched in
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -40,13 +42,22 @@ def wheel_tree(project: str, version: str) -> Path:
         if found is None:
             raise LookupError(f"{project} {version} has no wheel on the package index")
         wheel = sources.download(found, CACHE)  # checked against the index's sha256
-    tmp = CACHE / f"{project}-{version}.tmp"
-    with zipfile.ZipFile(wheel) as z:
-        z.extractall(tmp)
-    (tmp / ".complete").write_text(wheel.name + "\n")
-    os.replace(tmp, tree)
-    if downloaded:
-        wheel.unlink()  # the unpacked tree is what is used
+    # A folder of this process's own: test workers and background runs unpack the same release side by side, and
+    # the first complete tree wins (a shared ".tmp" name made the second one's rename fail, seen in CI).
+    tmp = Path(tempfile.mkdtemp(prefix=f".{project}-{version}-", dir=CACHE))
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(tmp)
+        (tmp / ".complete").write_text(wheel.name + "\n")
+        try:
+            os.replace(tmp, tree)
+        except OSError:
+            if not (tree / ".complete").is_file():  # not another process's finished tree: a real failure
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if downloaded:
+            wheel.unlink(missing_ok=True)  # the unpacked tree is what is used
     return tree
 
 

@@ -110,3 +110,33 @@ def test_declared_requirements_are_the_wheels_own():
     assert found["declared"] == "<=5.19.0,>=5.0.0" and found["imported_by_client_path"] is False
     if found["installed"] and found["installed"].startswith("4."):  # the unit env's transformers: below the range
         assert found["inside"] is False
+
+
+def test_a_release_unpacked_by_two_processes_at_once_is_read_by_both(tmp_path, monkeypatch):
+    """Test workers and background runs unpack the same client wheel side by side: the one that finishes second
+    finds the first one's complete tree and uses it, leaving nothing half-unpacked (a shared temporary name made
+    its rename fail with 'Directory not empty', seen in CI)."""
+    import zipfile
+
+    from harness.envs import wheels
+
+    local = tmp_path / "wheels"
+    local.mkdir()
+    with zipfile.ZipFile(local / "speculators-9.9.9-py3-none-any.whl", "w") as z:
+        z.writestr(wheels.CLIENT_FILE, "VALUE = 1\n")
+    monkeypatch.setenv("HARNESS_SPECULATORS_WHEELS", str(local))
+    monkeypatch.setattr(wheels, "CACHE", tmp_path / "cache")
+    unpack = zipfile.ZipFile.extractall
+
+    def other_process_finishes_first(self, path, *args, **kwargs):
+        unpack(self, path, *args, **kwargs)
+        tree = wheels.CACHE / "speculators-9.9.9"
+        if not tree.exists():  # the other process's rename lands between our unpacking and ours
+            unpack(self, tree)
+            (tree / ".complete").write_text("speculators-9.9.9-py3-none-any.whl\n")
+
+    monkeypatch.setattr(zipfile.ZipFile, "extractall", other_process_finishes_first)
+    tree = wheels.client_tree("9.9.9")
+    assert (tree / wheels.CLIENT_FILE).read_text() == "VALUE = 1\n" and (tree / ".complete").is_file()
+    assert sorted(p.name for p in wheels.CACHE.iterdir()) == ["speculators-9.9.9"]  # no temporary folder left
+    assert (local / "speculators-9.9.9-py3-none-any.whl").is_file()  # a given wheel is never removed
