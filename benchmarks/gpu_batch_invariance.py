@@ -72,7 +72,7 @@ def run_mode(model, mode: str, plan, alone: int, args) -> dict:
             equal, diff = True, 0.0
             for i in picks:
                 solo = gen.generate([batch[i]])[0]
-                for a, b in zip(got[i]["hidden_states"], solo["hidden_states"]):
+                for a, b in zip(got[i]["hidden_states"], solo["hidden_states"], strict=True):
                     if not torch.equal(a, b):
                         equal = False
                         diff = max(diff, float((a.float() - b.float()).abs().max()))
@@ -103,8 +103,8 @@ def main() -> int:
     p.add_argument("--attention-backend", default="TRITON_ATTN", help="empty: vLLM's choice")
     p.add_argument("--dtype", default="bfloat16")
     args = p.parse_args()
-    from harness.subjects import models
     from harness.installed import versions
+    from harness.subjects import models
 
     try:
         from gpu_shapes import shape_fixture

@@ -56,8 +56,8 @@ def equal_bitwise(ref: list[dict], res: list[dict]) -> bool:
     """Whether two calls' states are the same bits (compared on the host, wherever they came out)."""
     import torch
 
-    return all(torch.equal(a, b.to(a.device)) for r1, r2 in zip(ref, res)
-               for a, b in zip(r1["hidden_states"], r2["hidden_states"]))
+    return all(torch.equal(a, b.to(a.device)) for r1, r2 in zip(ref, res, strict=True)
+               for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True))
 
 
 def traced(call, rpc) -> dict:
@@ -151,8 +151,8 @@ def measure_batch(gen, llm, model, fm, batch: tuple[int, int, int], args, seed: 
 
 def measure(args) -> dict:
     import torch
-
     from gpu_shapes import flop_model, shape_fixture, start_plain
+
     from harness.runtime.generator import HarnessGenerator, options_for
     from harness.scenarios import bench
     from harness.subjects import models

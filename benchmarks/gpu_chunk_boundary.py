@@ -22,10 +22,10 @@ def _segments(worker):
 def main() -> int:
     import torch
 
-    from harness.subjects import reference
     from harness.gpu.tier import bound
-    from harness.subjects.prompts import random_prompts
     from harness.runtime.generator import HarnessGenerator, Options
+    from harness.subjects import reference
+    from harness.subjects.prompts import random_prompts
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model-path", required=True)
@@ -51,12 +51,12 @@ def main() -> int:
     out = {"layers": layers, "chunks_per_request": list(chunks.values()), "prompts": []}
     for i in range(len(prompts)):
         rows = {}
-        for k, (b, a, r) in enumerate(zip(batch[i]["hidden_states"], alone[i]["hidden_states"], ref[i])):
+        for k, (b, a, r) in enumerate(zip(batch[i]["hidden_states"], alone[i]["hidden_states"], ref[i], strict=True)):
             tol = bound(args.dtype, [a])
             d_alone = (b.float() - a.float()).abs().amax(dim=-1)
             d_ref_b = (b.float().cpu() - r.float().cpu()).abs().amax(dim=-1)
             d_ref_a = (a.float().cpu() - r.float().cpu()).abs().amax(dim=-1)
-            first = lambda d: int(torch.nonzero(d > tol)[0]) if bool((d > tol).any()) else None  # noqa: E731
+            first = lambda d, tol=tol: int(torch.nonzero(d > tol)[0]) if bool((d > tol).any()) else None  # noqa: E731
             rows[str(layers[k])] = {"tol": float(tol), "first_row_batch_vs_alone": first(d_alone),
                                     "max_batch_vs_alone": float(d_alone.max()),
                                     "first_row_batch_vs_transformers": first(d_ref_b),

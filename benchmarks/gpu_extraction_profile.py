@@ -101,7 +101,7 @@ def fast_bitwise(gen, prompts) -> bool:
 
     ref = gen.generate(prompts)
     res = gen.generate(prompts, fast=True)
-    return all(torch.equal(a, b) for r1, r2 in zip(ref, res) for a, b in zip(r1["hidden_states"], r2["hidden_states"]))
+    return all(torch.equal(a, b) for r1, r2 in zip(ref, res, strict=True) for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True))
 
 
 def bitwise(gen, prompts, modes: list[str]) -> dict:
@@ -114,7 +114,7 @@ def bitwise(gen, prompts, modes: list[str]) -> dict:
     for mode in modes:
         gen.executor_view.collective_rpc("_harness_set_transport", args=(mode,))
         res = gen.generate(prompts)
-        out[mode] = all(torch.equal(a, b) for r1, r2 in zip(ref, res) for a, b in zip(r1["hidden_states"], r2["hidden_states"]))
+        out[mode] = all(torch.equal(a, b) for r1, r2 in zip(ref, res, strict=True) for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True))
         del res
     gen.executor_view.collective_rpc("_harness_set_transport", args=("stream",))
     return out
@@ -148,9 +148,9 @@ def gpu_profile(gen, prompts, mode: str, fast: bool = False) -> dict:
 def measure(args) -> dict:
     import torch
 
+    from harness.runtime import transport
     from harness.scenarios import bench
     from harness.subjects import models
-    from harness.runtime import transport
 
     fixture = shape_fixture(args.shape)
     t0 = time.perf_counter()

@@ -16,7 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.support.cli_text import EXIT_CODES, INTERNAL, NEEDS, version as harness_version
+from harness.support.cli_text import EXIT_CODES, INTERNAL, NEEDS
+from harness.support.cli_text import version as harness_version
 from harness.support.paths import CHECKOUT, REPO_ROOT, REPORTS, SUITES, SUITES_BASE
 
 CPU_SUITES = SUITES["cpu"]
@@ -64,9 +65,8 @@ def cmd_expectations(args) -> int:
 
 def cmd_run(args) -> int:
     """The conformance run for the installed vLLM: contracts, shim proofs, e2e, bad input; writes reports/<env>.*."""
-    from harness.installed import versions
-
     from harness.envs.tox_envs import env_refusal
+    from harness.installed import versions
 
     try:
         versions.vllm_distribution()

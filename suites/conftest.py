@@ -39,10 +39,9 @@ class ModelRun:
 
 
 def _start(name: str) -> ModelRun:
-    from harness.subjects import models
     from harness.contracts import mla
-    from harness.contracts.base import Attempt
     from harness.runtime.generator import HarnessGenerator, options_for
+    from harness.subjects import models
     from harness.testing.probe_context import MAX_MODEL_LEN, ProbeContext
 
     model = models.build(name)

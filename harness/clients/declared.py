@@ -100,6 +100,7 @@ def transformers_finding(version: str) -> dict:
     client path runs (its vllm_client.py and, where pinned, hs-connectors' transfer module) imports transformers."""
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as installed
+
     from packaging.specifiers import SpecifierSet
 
     spec = requirements(version).get("transformers", "")

@@ -83,9 +83,8 @@ def load(data: bytes) -> dict:
 def _child(args) -> int:
     """In the child: speculators here is 0.4.0 (first on the path)."""
     import speculators
-    import torch
-
     import speculators.data_generation.vllm_hidden_states_generator as mod
+    import torch
 
     from harness.contracts.memory import platform_mem_get_info
     from harness.support.namespace import rebind

@@ -16,6 +16,7 @@ with it. Each way a server can fail says so in one line, with the root cause fro
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -117,17 +118,13 @@ def _stop(proc: subprocess.Popen, grace_s: float) -> None:
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait(timeout=30)
     finally:
         # what the group left behind (a worker that outlived the engine core) goes too
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 class VllmServer:
@@ -246,7 +243,7 @@ class VllmServer:
         if os.environ.get("HARNESS_KEEP_NATIVE_LOG") != "1":
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> "VllmServer":
+    def __enter__(self) -> VllmServer:
         return self
 
     def __exit__(self, *exc) -> None:

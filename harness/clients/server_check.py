@@ -22,8 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.subjects.releases import CLIENT_FAILS, CLIENTS, SERVER_FAILS
 from harness.native.layer_ids import map_layer_ids
+from harness.subjects.releases import CLIENT_FAILS, CLIENTS, SERVER_FAILS
 
 #: Agreement bounds by dtype: float32 on one build and device differs only by batch composition (the server
 #: receives the prompts one request at a time, ours in one batch); bf16 rounds each layer's output.
@@ -100,7 +100,7 @@ def _file_holds(path: str, prompt: list[int], layers: int) -> dict:
 def _compare(theirs, ours, native: list[int], ours_ids: list[int], prompts, dtype: str, n: int) -> dict:
     """One client's files against ours, per native id (the bound by dtype, TOLERANCE)."""
     kind, tol = TOLERANCE[dtype]
-    res = {"token_ids_echoed": all(t.token_ids == [int(x) for x in p] for t, p in zip(theirs, prompts)),
+    res = {"token_ids_echoed": all(t.token_ids == [int(x) for x in p] for t, p in zip(theirs, prompts, strict=True)),
            "waited_on_lock": sorted({t.waited_on_lock for t in theirs}),
            "lock_left_behind": sorted({t.lock_left for t in theirs}),
            "returned_key": sorted({next((k for k in ("hidden_states_path", "handle") if k in t.kv_transfer_params), "?")
@@ -112,7 +112,7 @@ def _compare(theirs, ours, native: list[int], ours_ids: list[int], prompts, dtyp
     ours = [{"hidden_states": o["hidden_states"][:len(native)]} for o in ours]
     for i, j in enumerate(native):
         diff = max(float((t.hidden_states[i].float() - o["hidden_states"][i].float()).abs().max())
-                   for t, o in zip(theirs, ours))
+                   for t, o in zip(theirs, ours, strict=True))
         scale = max(float(o["hidden_states"][i].float().abs().max()) for o in ours)
         per_id[str(j)] = {"speculators_id": ours_ids[i], "max_abs_diff": diff, "rel_diff": diff / scale if scale else diff}
     res["per_native_id"] = per_id
@@ -134,13 +134,13 @@ def run(name: str, *, clients: tuple[str, ...] = CLIENTS, dtype: str = "float32"
     """Ours, then one server that every release in `clients` is driven against in turn (each sends all prompts).
     `sync_writer`: as VllmServer's (None: chosen by probing). The report's `serve` says how the server started
     (or why not); `clients[version]` each release's result; the top level the last-layer finding."""
-    from harness.subjects import models
-    from harness.contracts import mla
     from harness.clients.declared import transformers_finding
-    from harness.clients.vllm_client import extract
     from harness.clients.server import ServerError, VllmServer
-    from harness.subjects.prompts import random_prompts
+    from harness.clients.vllm_client import extract
+    from harness.contracts import mla
     from harness.runtime.generator import HarnessGenerator, options_for
+    from harness.subjects import models
+    from harness.subjects.prompts import random_prompts
 
     model = models.build(name)
     n = model.num_layers

@@ -55,7 +55,7 @@ class ClientApi:
     waits_on_locks: bool
 
     @classmethod
-    def of(cls, module) -> "ClientApi":
+    def of(cls, module) -> ClientApi:
         params = list(inspect.signature(module.generate_hidden_states).parameters)
         if len(params) < 3 or params[2] not in ("token_ids", "client_item"):
             raise LookupError(f"{module.__name__}.generate_hidden_states{tuple(params)}: a request signature the "

@@ -16,13 +16,14 @@ import enum
 import re
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from harness.support import volatile
 
 
-class Outcome(str, enum.Enum):
+class Outcome(str, enum.Enum):  # noqa: UP042 - StrEnum would change str() of a member, which reports print
     NATIVE = "native"
     SHIMMED = "shimmed"
     BROKEN = "broken"
@@ -106,7 +107,7 @@ class Attempt:
             self.error = volatile.text(self.error)
 
     @classmethod
-    def run(cls, fn: Callable[[], Any]) -> tuple["Attempt", Any]:
+    def run(cls, fn: Callable[[], Any]) -> tuple[Attempt, Any]:
         t0 = time.perf_counter()
         try:
             value = fn()
@@ -118,7 +119,7 @@ class Attempt:
         return cls(True, seconds=time.perf_counter() - t0), value
 
     @classmethod
-    def failed(cls, error_type: str, error: str, **detail: Any) -> "Attempt":
+    def failed(cls, error_type: str, error: str, **detail: Any) -> Attempt:
         return cls(False, error_type, error, detail)
 
     @property
@@ -134,7 +135,7 @@ def qualified_name(fn: Callable) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
-class Attach(str, enum.Enum):
+class Attach(str, enum.Enum):  # noqa: UP042 - as Outcome
     """Where in speculators' run a shim takes effect, and so the signature of its function. Each site applies
     every selected shim attached there in one loop (harness.runtime: generator, executor_view, worker)."""
 
@@ -249,7 +250,7 @@ class Observation:
     subject: str | None = None  # e.g. the model architecture for per-model contracts
 
     @classmethod
-    def of(cls, contract: Contract, unshimmed: Attempt, shimmed: Attempt | None, facts: dict, **kw) -> "Observation":
+    def of(cls, contract: Contract, unshimmed: Attempt, shimmed: Attempt | None, facts: dict, **kw) -> Observation:
         """The usual observation: a shimmed attempt is kept only where speculators' own call failed (where
         it works, what the shim would do says nothing about this vLLM)."""
         return cls(contract, unshimmed, None if unshimmed.ok else shimmed, facts, **kw)

@@ -16,8 +16,8 @@ CacheConfig.
 from __future__ import annotations
 
 import ast
-import re
 import importlib
+import re
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 from harness.vllm_source.facts import Fact

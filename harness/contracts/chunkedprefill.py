@@ -30,9 +30,15 @@ transformers.
 from __future__ import annotations
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
-from harness.vllm_source.facts import Fact
+from harness.installed.row_order import (
+    BATCH_ATTRIBUTE,
+    STEP_BATCH_METHOD,
+    record_step_batches,
+    request_ranges,
+    step_order,
+)
 from harness.subjects.batches import PROMPT_TOKENS, each_own, in_order, repeated_calls, straddling_batch, unequal_batch
-from harness.installed.row_order import BATCH_ATTRIBUTE, STEP_BATCH_METHOD, record_step_batches, request_ranges, step_order
+from harness.vllm_source.facts import Fact
 
 #: The attribute on speculators' scheduler that holds the guard (tests and the probe switch it).
 GUARD = "_harness_prefill_guard"
@@ -66,7 +72,7 @@ class PrefillGuard:
         requests the scheduler still holds: one added and finished outside `generate()` (a probe's lone step) is
         no row of this batch, and announced it would shift every row after it."""
         live = self.scheduler.requests
-        kept = [(r, n) for r, n in zip(self.arrivals, self.lengths) if r in live]
+        kept = [(r, n) for r, n in zip(self.arrivals, self.lengths, strict=True) if r in live]
         self.arrivals, self.lengths = [], []
         return [r for r, _ in kept], [n for _, n in kept]
 
@@ -167,7 +173,7 @@ def set_arrivals(worker, arrivals: list[str] | None, lengths: list[int] | None =
     worker._harness_places = None
     if arrivals is not None and lengths is not None and len(lengths) == len(arrivals):
         starts, at = {}, 0
-        for req, n in zip(arrivals, lengths):
+        for req, n in zip(arrivals, lengths, strict=True):
             starts[req] = (at, int(n))
             at += int(n)
         worker._harness_places = {"starts": starts, "done": dict.fromkeys(starts, 0), "total": at, "moved": False}

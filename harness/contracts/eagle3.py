@@ -14,8 +14,9 @@ C-forward's row says whether it holds.
 from __future__ import annotations
 
 import ast
-from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
+
 from harness.contracts import forward
+from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 from harness.vllm_source.facts import Fact
 from harness.vllm_source.lookups import FAMILIES, KIMI, imported, not_found
 

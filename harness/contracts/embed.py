@@ -12,6 +12,7 @@ from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observa
 from harness.vllm_source.facts import Fact
 from harness.vllm_source.lookups import FAMILIES, not_found
 
+
 def needed(stack) -> bool:
     return not _has_own(stack, "get_input_embeddings") and hasattr(stack, "embed_input_ids")
 

@@ -65,7 +65,7 @@ print("HARNESS-IMPORT " + json.dumps(out))
 """
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fresh_import(with_shim: bool) -> tuple[Attempt, bool]:
     """speculators' import in a fresh interpreter, and whether `needed()` said yes there. Cached for the
     session: the probe and the shim proof ask the same question of the same installation, and each answer

@@ -10,10 +10,10 @@ and state dicts are unchanged). Not applicable to models that have `.model`.
 from __future__ import annotations
 
 import ast
+
 from harness.contracts.base import Attach, Contract, GateCover, Observation, Shim
 from harness.vllm_source.facts import Fact
 from harness.vllm_source.lookups import KIMI, not_found
-
 
 CANDIDATES = ("model", "language_model.model", "language_model")
 

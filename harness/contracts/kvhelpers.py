@@ -43,7 +43,7 @@ def install_import_aliases() -> list[str]:
 
 
 def needed() -> bool:
-    fn = getattr(importlib.import_module(locate("get_kv_cache_config_from_groups")), "get_kv_cache_config_from_groups")
+    fn = importlib.import_module(locate("get_kv_cache_config_from_groups")).get_kv_cache_config_from_groups
     return "kv_cache_specs" not in inspect.signature(fn).parameters or locate(HELPERS[0]) != OLD_HOME
 
 
@@ -87,7 +87,7 @@ def probe(ctx) -> Observation:
 
     unshimmed, _ = Attempt.run(unshimmed_call)
     shimmed, cfg = Attempt.run(shimmed_call)
-    fn = getattr(importlib.import_module(locate("get_kv_cache_config_from_groups")), "get_kv_cache_config_from_groups")
+    fn = importlib.import_module(locate("get_kv_cache_config_from_groups")).get_kv_cache_config_from_groups
     facts = {
         "homes": {n: locate(n) for n in HELPERS},
         "signature": str(inspect.signature(fn)),

@@ -25,17 +25,17 @@ installed vLLM has no layout resolution.
 from __future__ import annotations
 
 import ast
-
 import importlib
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 from harness.vllm_source.facts import Fact
 from harness.vllm_source.lookups import not_found
 
+
 def _resolver():
     for module in ("vllm.v1.attention.backends.utils",):
         try:
-            return getattr(importlib.import_module(module), "resolve_kv_cache_layout")
+            return importlib.import_module(module).resolve_kv_cache_layout
         except (ImportError, AttributeError):
             continue
     return None
@@ -136,8 +136,7 @@ SPECULATORS_OWN_WAY = {
 def setup_steps(tree, used, follower) -> list[Fact]:
     """One fact per executor call EngineCore makes while setting up the KV cache: replicated by speculators,
     made by a harness shim (from the shim surface's `rpc` entries), or skipped (a finding when new)."""
-    from harness.vllm_source import shim_surface
-    from harness.vllm_source import engine_setup
+    from harness.vllm_source import engine_setup, shim_surface
 
     steps, rel = engine_setup.steps(tree.root)
     symbol = f"{engine_setup.MODULE}:{engine_setup.CLASS}.{engine_setup.METHOD}"

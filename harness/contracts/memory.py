@@ -8,9 +8,10 @@ CUDA's free memory where CUDA is the platform, else the KV-cache space the CPU p
 from __future__ import annotations
 
 from harness.contracts.base import Attach, Attempt, Contract, Observation, Shim
+from harness.support.namespace import TorchProxy
 from harness.vllm_source.facts import Fact
 from harness.vllm_source.lookups import not_found
-from harness.support.namespace import TorchProxy
+
 
 def needed() -> bool:
     import torch

@@ -11,9 +11,11 @@ tail, and speculators slices the short result without noticing (measured on an H
 from __future__ import annotations
 
 import re
+
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 from harness.vllm_source.facts import Fact
 from harness.vllm_source.lookups import imported, not_found
+
 
 def caching_default() -> bool:
     from vllm.config import CacheConfig

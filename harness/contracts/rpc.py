@@ -10,9 +10,11 @@ single reply in a list; which reply shape the executor has is learned by an echo
 from __future__ import annotations
 
 import ast
+
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 from harness.vllm_source.facts import Fact
 from harness.vllm_source.lookups import not_found, site
+
 
 def speculators_read(rpc, layers):
     """What speculators does with the reply (vllm_hidden_states_generator.generate)."""

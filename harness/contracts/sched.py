@@ -12,6 +12,7 @@ import inspect
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 
+
 def _params() -> dict:
     from vllm.v1.core.sched.scheduler import Scheduler
 

@@ -12,6 +12,7 @@ import inspect
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 
+
 def needed() -> bool:
     from vllm.config import SchedulerConfig
 

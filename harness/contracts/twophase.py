@@ -15,6 +15,7 @@ from harness.contracts.base import Attach, Contract, GateCover, Observation, Shi
 from harness.vllm_source.facts import Fact
 from harness.vllm_source.lookups import not_found, site
 
+
 def sample_after_step(view, output) -> bool:
     """After an execute_model() that returned None, call sample_tokens(None) as EngineCore does: the runner
     parked its state for it, and speculators never calls it, so its next execute_model() would fail."""

@@ -86,17 +86,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from harness import contracts
-    from harness.gate.decide import allowlist
-    from harness.gate.decide import verdict
-    from harness.gate.read import dynamic
-    from harness.gate.read import coverage
-    from harness.gate.obtain import artifacts
-    from harness.vllm_source import used_surface
     from harness.envs import sources
+    from harness.gate.decide import allowlist, verdict
+    from harness.gate.obtain import artifacts
+    from harness.gate.read import coverage, dynamic
+    from harness.vllm_source import used_surface
 
     try:
-        from harness.gate.read import reach
-        from harness.gate.read import static
+        from harness.gate.read import reach, static
     except ImportError as exc:  # griffe is the gate's one extra dependency (the `gate` extra)
         print(f"harness gate: {exc}; install the gate's dependencies with `pip install -e .[gate]`", file=sys.stderr)
         return 2
@@ -149,7 +146,7 @@ def run(args) -> int:
         meta["allowlist_entries"] = [e.to_json() for e in entries]
         got = list(reversed([artifacts.fetch(spec, args.cache_dir) for spec in (new_spec, old_spec)]))  # candidate first
         old, new = _side_label(got[0], old), _side_label(got[1], new)
-        meta["sources"] = {side: _provenance(s) for side, s in zip(("from", "to"), got)}
+        meta["sources"] = {side: _provenance(s) for side, s in zip(("from", "to"), got, strict=True)}
         t1 = time.perf_counter()
         old_facts, new_facts = static.read_versions([s.root for s in got], fixture)
         t2 = time.perf_counter()
@@ -181,8 +178,8 @@ def run(args) -> int:
 
 
 def _run_mutants(args) -> int:
-    from harness.gate.sweeps import mutants
     from harness.envs import sources
+    from harness.gate.sweeps import mutants
 
     releases = args.releases or (["0.34.0"] if args.quick else ["0.33.0", "0.34.0"])
     per = args.per_operator if args.per_operator is not None else (1 if args.quick else 15)
@@ -202,9 +199,9 @@ def _run_mutants(args) -> int:
 
 
 def _run_client(args, old_spec, new_spec) -> int:
-    from harness.gate.read import client
-    from harness.gate.obtain import artifacts
     from harness.envs import sources
+    from harness.gate.obtain import artifacts
+    from harness.gate.read import client
 
     try:
         got = [artifacts.fetch(spec, args.cache_dir) for spec in (new_spec, old_spec)][::-1]
@@ -214,7 +211,7 @@ def _run_client(args, old_spec, new_spec) -> int:
     except (sources.SourceError, OSError, ValueError, SyntaxError) as exc:
         print(f"harness gate: {exc}", file=sys.stderr)
         return 2
-    rep["sources"] = {side: _provenance(s) for side, s in zip(("from", "to"), got)}
+    rep["sources"] = {side: _provenance(s) for side, s in zip(("from", "to"), got, strict=True)}
     text = client.markdown(rep)
     print(text)
     if args.summary:
@@ -272,8 +269,8 @@ def _checked_input(args) -> tuple:
     import hashlib
     import os
 
-    from harness.gate.obtain import artifacts
     from harness.envs import sources
+    from harness.gate.obtain import artifacts
 
     if getattr(args, "client", None):
         from harness.gate.read.client import ClientUnknown, parse_client

@@ -85,8 +85,8 @@ def seeded_tensors(path: str | Path, config: dict) -> list[tuple[str, tuple, str
     unpacked; [] where it says neither."""
     import copy
 
-    from harness.subjects import models
     from harness.runtime.inputs import SEEDED_MARKER
+    from harness.subjects import models
 
     marker = Path(path) / SEEDED_MARKER
     said = json.loads(marker.read_text()) if marker.is_file() else {}

@@ -70,8 +70,8 @@ def fixture(layers: int = 3) -> dict:
 
 def folder(layers: int = 3, root: Path | None = None) -> Path:
     """The config folder of the `layers`-layer model (written once, atomically, keyed by its content)."""
-    from harness.subjects import models
     from harness.runtime.inputs import SEEDED_MARKER
+    from harness.subjects import models
 
     fx = fixture(layers)
     key = hashlib.sha256(json.dumps(fx, sort_keys=True).encode()).hexdigest()[:12]

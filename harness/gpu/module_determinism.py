@@ -109,14 +109,14 @@ def first_divergence(first: list[dict], second: list[dict]) -> dict:
     were compared and how many differed."""
     out = {"calls": min(len(first), len(second)), "same_calls": [c["module"] for c in first] ==
            [c["module"] for c in second], "differing": 0, "culprit": None}
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=False):
         if a["output"] == b["output"]:
             continue
         out["differing"] += 1
         if out["culprit"] is None and a["inputs"] == b["inputs"]:
             diff = None
             if a["kept"] is not None and b["kept"] is not None:
-                diff = max((float((x - y).abs().max()) for x, y in zip(a["kept"], b["kept"]) if x.shape == y.shape),
+                diff = max((float((x - y).abs().max()) for x, y in zip(a["kept"], b["kept"], strict=False) if x.shape == y.shape),
                            default=None)
             out["culprit"] = {"module": a["module"], "class": a["class"], "max_abs_diff": diff}
     if out["culprit"] is None and out["differing"]:

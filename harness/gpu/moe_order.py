@@ -26,7 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.contracts.moeorder import ALIGNER, engage as engage_module, marlin_module
+from harness.contracts.moeorder import ALIGNER, marlin_module
+from harness.contracts.moeorder import engage as engage_module
 
 
 def engage(worker) -> bool:
@@ -38,7 +39,7 @@ def engage(worker) -> bool:
 def _compare(first, second) -> dict:
     import torch
 
-    pairs = [(a, b) for r1, r2 in zip(first, second) for a, b in zip(r1["hidden_states"], r2["hidden_states"])]
+    pairs = [(a, b) for r1, r2 in zip(first, second, strict=True) for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True)]
     bitwise = all(torch.equal(a, b) for a, b in pairs)
     diff = 0.0 if bitwise else max(float((a.float() - b.float()).abs().max()) for a, b in pairs)
     return {"bitwise": bitwise, "max_abs_diff": diff}
@@ -48,8 +49,8 @@ def experiment(model_path: str, tp: int, share: float, backend: str | None) -> d
     from transformers import AutoTokenizer
 
     from harness.gpu import module_determinism, tier
-    from harness.subjects import batches
     from harness.runtime.generator import HarnessGenerator, Options
+    from harness.subjects import batches
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=True)
     prompts = tier.load_prompts(tier.DEFAULT_PROMPTS, tokenizer)

@@ -57,7 +57,7 @@ class TierConfig:
     throughput_pairs: int = 5  # extraction against plain prefill, this many timed calls a side (0: not measured)
 
     @classmethod
-    def from_env(cls, **given) -> "TierConfig":
+    def from_env(cls, **given) -> TierConfig:
         env = os.environ.get
         values = {
             "model_path": env("HARNESS_GPU_MODEL_PATH"),

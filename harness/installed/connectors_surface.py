@@ -38,8 +38,8 @@ def _classes(tree: ast.Module) -> dict:
 
 
 def parse(version: str) -> dict:
-    from harness.installed import surface
     from harness.envs.wheels import wheel_tree
+    from harness.installed import surface
 
     root = wheel_tree(PROJECT, version) / PACKAGE
     modules = {}

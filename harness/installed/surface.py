@@ -10,7 +10,7 @@ import ast
 import importlib.util
 import json
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 GENERATOR_MODULE = "speculators.data_generation.vllm_hidden_states_generator"
@@ -90,7 +90,7 @@ def parse(module: str, source: str | None = None) -> Surface:
     return s
 
 
-@lru_cache(maxsize=None)
+@cache
 def surface(module: str) -> Surface:
     return parse(module)
 

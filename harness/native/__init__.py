@@ -27,13 +27,44 @@ VLLM_CPU_KVCACHE_SPACE, HF_HUB_OFFLINE, spawned workers). MLA models go through
 same attention.
 """
 
-from harness.native.engine import (CONNECTOR, METHOD, NativeExporter, NativeExportError, default_gpu_memory_utilization,
-                                   engine_kwargs, kv_transfer_config, run_native_export, speculative_config)
+from harness.native.engine import (
+                                   CONNECTOR,
+                                   METHOD,
+                                   NativeExporter,
+                                   NativeExportError,
+                                   default_gpu_memory_utilization,
+                                   engine_kwargs,
+                                   kv_transfer_config,
+                                   run_native_export,
+                                   speculative_config,
+)
 from harness.native.engine_log import platform_failure, root_cause
 from harness.native.files import NativeExport, read_export
 from harness.native.layer_ids import NATIVE_SHIFT, map_layer_ids
-from harness.native.probes import (availability, probe_chunked_prefill, probe_config, probe_connector, probe_method,
-                                   probe_supports_eagle3, speculative_methods, connector_writes_lock_files)
-from harness.native.rows import (CONFIG_CONTRACT, CONTRACT, EAGLE3_CONTRACT, FILES_CONTRACT, PATH_CONTRACT,
-                                 PER_MODEL_CONTRACTS, NativeProbe, observe, observe_path,
-                                 probe_layout, probe_path_returned, probe_run, probe_write_protocol)
+from harness.native.probes import (
+                                   availability,
+                                   connector_writes_lock_files,
+                                   probe_chunked_prefill,
+                                   probe_config,
+                                   probe_connector,
+                                   probe_method,
+                                   probe_supports_eagle3,
+                                   speculative_methods,
+)
+from harness.native.rows import (
+                                   CONFIG_CONTRACT,
+                                   CONTRACT,
+                                   EAGLE3_CONTRACT,
+                                   FILES_CONTRACT,
+                                   PATH_CONTRACT,
+                                   PER_MODEL_CONTRACTS,
+                                   NativeProbe,
+                                   observe,
+                                   observe_path,
+                                   probe_layout,
+                                   probe_path_returned,
+                                   probe_run,
+                                   probe_write_protocol,
+)
+
+__all__ = ["CONFIG_CONTRACT", "CONNECTOR", "CONTRACT", "EAGLE3_CONTRACT", "FILES_CONTRACT", "METHOD", "NATIVE_SHIFT", "NativeExport", "NativeExportError", "NativeExporter", "NativeProbe", "PATH_CONTRACT", "PER_MODEL_CONTRACTS", "availability", "connector_writes_lock_files", "default_gpu_memory_utilization", "engine_kwargs", "kv_transfer_config", "map_layer_ids", "observe", "observe_path", "platform_failure", "probe_chunked_prefill", "probe_config", "probe_connector", "probe_layout", "probe_method", "probe_path_returned", "probe_run", "probe_supports_eagle3", "probe_write_protocol", "read_export", "root_cause", "run_native_export", "speculative_config", "speculative_methods"]

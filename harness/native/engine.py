@@ -185,7 +185,7 @@ class NativeExporter:
         except Exception as exc:
             raise NativeExportError("extract", exc, root_cause(self._log()), self._log()) from exc
         results = []
-        for prompt, out in zip(prompts, outputs):
+        for out in outputs:
             params = dict(getattr(out, "kv_transfer_params", None) or {})
             path = params.get("hidden_states_path")
             if not path:
@@ -216,7 +216,7 @@ class NativeExporter:
         if self._own_dir and os.environ.get("HARNESS_KEEP_NATIVE_LOG") != "1":
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> "NativeExporter":
+    def __enter__(self) -> NativeExporter:
         return self
 
     def __exit__(self, *exc) -> None:

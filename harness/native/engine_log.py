@@ -7,9 +7,8 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.support import fdio
 from harness.contracts.base import summarize
-
+from harness.support import fdio
 
 #: Terminal colour codes: vLLM's servers colour their log prefixes ("(APIServer pid=N)") where they think a terminal is.
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

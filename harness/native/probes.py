@@ -82,8 +82,8 @@ def runner_refusal() -> str | None:
     model. Then the native path and the server clients are not runnable on this build (not broken in vLLM): said
     with vLLM's words, never as a pass."""
     from harness import contracts
-    from harness.subjects import models
     from harness.installed import versions
+    from harness.subjects import models
 
     chosen = versions.runtime()
     if chosen is None:

@@ -89,7 +89,7 @@ def plain_vllm_logprobs(model, prompts: list[list[int]], max_model_len: int = 51
                             SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0), use_tqdm=False)
     finally:
         shutdown(llm)
-    return [[lp[tok].logprob for lp, tok in zip(o.prompt_logprobs[1:], p[1:])] for o, p in zip(outs, prompts)]
+    return [[lp[tok].logprob for lp, tok in zip(o.prompt_logprobs[1:], p[1:], strict=True)] for o, p in zip(outs, prompts, strict=True)]
 
 
 def transformers_logprobs(model, prompts: list[list[int]]) -> list[list[float]]:
@@ -144,5 +144,5 @@ def attribute(model, prompts: list[list[int]]) -> Verdict:
     if not started.ok:
         return Verdict(started)
     ours = transformers_logprobs(model, prompts)
-    diff = max(abs(a - b) for x, y in zip(theirs, ours) for a, b in zip(x, y))
+    diff = max(abs(a - b) for x, y in zip(theirs, ours, strict=True) for a, b in zip(x, y, strict=True))
     return Verdict(started, diff)

@@ -16,10 +16,11 @@ import json
 import re
 from pathlib import Path
 
-from harness.subjects.releases import CLIENT_MODELS
 from harness.gpu.tier import ALONE_CHECK
 from harness.reporting import client_axis as ax
 from harness.reporting.client_axis import CPU, CUDA  # noqa: F401 - the build names, for this module's readers
+from harness.subjects.releases import CLIENT_MODELS
+
 GPU_SCHEMA = "harness-gpu-report/1"
 
 

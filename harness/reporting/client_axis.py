@@ -19,7 +19,8 @@ the matrix's own rows for that build.
 
 from __future__ import annotations
 
-from harness.subjects.releases import CLIENT_FAILS, CLIENTS as SERVER_CLIENTS, SERVER_FAILS, client_row
+from harness.subjects.releases import CLIENT_FAILS, client_row
+from harness.subjects.releases import CLIENTS as SERVER_CLIENTS
 
 WORKS, SHIMMED, PARTIAL, BROKEN, NOT_RUNNABLE, NOT_ON_CPU, NOT_OBSERVED = (
     "works natively", "works with our shims", "partial", "broken", "not runnable here", "not on the CPU build",

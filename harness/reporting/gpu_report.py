@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from harness.gpu import tier as gpu_tier
-from harness.support.paths import REPORTS
 from harness.reporting.report import write_atomic
+from harness.support.paths import REPORTS
 
 #: The committed GPU reports: a baseline for a nightly that writes elsewhere (a CI runner's fresh checkout).
 COMMITTED = REPORTS / "gpu"

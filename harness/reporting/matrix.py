@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 from harness.envs.tox_envs import versions
-from harness.support.paths import REPORTS
 from harness.reporting import builds, client_axis
 from harness.reporting.report import PROOF_NEEDED, PROOF_NOT_RUN, SUBSET, judge, read
+from harness.support.paths import REPORTS
 
 SCHEMA = "harness-matrix/1"
 
@@ -77,7 +77,7 @@ def merge(report_dir: Path = REPORTS) -> dict:
     for v, row in clients.items():
         for col in columns:
             row[col["version"]] = client_axis.shown(row.get(col["version"]), cuda.get(v, {}).get(col["version"]))
-    for key, cells in rows.items():
+    for cells in rows.values():
         for col in columns:
             if col["version"] not in cells:
                 cells[col["version"]] = {"outcome": "not runnable here" if col["status"] == "not runnable here"

@@ -7,8 +7,8 @@ import json
 import re
 from pathlib import Path
 
-from harness.support.paths import REPORTS
 from harness.reporting.matrix import PROOF_MARK, bench_cell, merge, short_cell, to_markdown
+from harness.support.paths import REPORTS
 
 #: Okabe-Ito tints, safe for the common colour-vision deficiencies: blue = works, yellow = works through shims,
 #: orange = broken, greys = does not apply / not runnable; "not observed" is white with a dashed border, so it

@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 from harness.support.paths import REPO_ROOT
-from harness.support.volatile import map_strings, text
 from harness.support.report_files import now, write_atomic  # noqa: F401 - also this module's API
+from harness.support.volatile import map_strings, text
 
 SCHEMA = "harness-env-report/2"
 #: Schema 1 keyed the per-model contract rows by architecture family (`embed[llama]`); schema 2 keys them by

@@ -74,7 +74,7 @@ class DevicePublisher:
 
         layout, total = _pack((h.dtype, h.shape, h.numel() * h.element_size()) for h in states)
         buf = self._buffer(total)
-        for h, view in zip(states, _views(buf, layout)):
+        for h, view in zip(states, _views(buf, layout), strict=True):
             view.copy_(h)
         torch.cuda.synchronize()
         return self.handle(layout)

@@ -22,7 +22,6 @@ from harness.contracts.rpc import echo
 from harness.runtime import transport
 from harness.support import shm_orphans
 
-
 #: The RPC speculators sends once a batch's requests are added, before its first step.
 RESET = "_reset_capture"
 
@@ -114,7 +113,7 @@ def worker_segments(real: Any) -> list[str]:
 class PendingStep:
     """A step sent to the workers whose reply is not read yet (`ExecutorView.submit_step`)."""
 
-    def __init__(self, view: "ExecutorView", future: Any, done: Any = None):
+    def __init__(self, view: ExecutorView, future: Any, done: Any = None):
         self.view, self.future, self.done = view, future, done
 
     def result(self) -> Any:
@@ -177,7 +176,7 @@ class ExecutorView:
             raise
         return self._after_step(out)
 
-    def submit_step(self, scheduler_output: Any) -> "PendingStep":
+    def submit_step(self, scheduler_output: Any) -> PendingStep:
         """`execute_model` without waiting for the reply (vLLM's `non_block`): the fast path schedules the next step
         while the worker runs this one. `PendingStep.result()` waits and then applies the step shims, exactly as
         `execute_model` does; an executor without `non_block` runs the step at once."""

@@ -16,6 +16,7 @@ version string. Around it the harness adds what a user can rely on:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import os
 import time
@@ -29,8 +30,15 @@ from harness.contracts import chunkedprefill
 from harness.contracts.base import Attach
 from harness.runtime import fast_path, transport, zmq_contexts
 from harness.runtime.executor_view import ExecutorView
-from harness.runtime.inputs import (HarnessInputError, check_weights, checked_layer_ids, checked_prompts,
-                                   load_format_of, read_model_config, text_config)
+from harness.runtime.inputs import (
+    HarnessInputError,
+    check_weights,
+    checked_layer_ids,
+    checked_prompts,
+    load_format_of,
+    read_model_config,
+    text_config,
+)
 from harness.support.namespace import rebind
 
 WORKER_EXTENSION = "harness.runtime.worker.HarnessWorkerExtension"
@@ -189,10 +197,8 @@ def generator_class(state: ShimState, options: Options = Options()) -> type:
 
 def _shutdown_all(state: ShimState) -> None:
     for ex in state.executors:
-        try:
+        with contextlib.suppress(Exception):  # best effort at exit; the next one must still run
             ex.shutdown()
-        except Exception:  # noqa: BLE001 - best effort at exit; the next one must still run
-            pass
     zmq_contexts.join(state.monitors)  # none may still be closing its sockets when the contexts go
     zmq_contexts.destroy(state.zmq_contexts)  # after a failed start too: they must never reach the collector
 
@@ -290,7 +296,7 @@ class HarnessGenerator:
         # speculators captures each distinct layer once, in stack order (a set in the worker); give the
         # user one tensor per requested id, in the order requested.
         order = sorted(set(self.layer_ids))
-        for prompt, result in zip(prompts, results):
+        for prompt, result in zip(prompts, results, strict=True):
             n = min(len(prompt), limit)
             captured = result["hidden_states"]
             if len(captured) != len(order):
@@ -309,7 +315,7 @@ class HarnessGenerator:
     def close(self) -> None:
         self._finalizer()
 
-    def __enter__(self) -> "HarnessGenerator":
+    def __enter__(self) -> HarnessGenerator:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -21,7 +21,7 @@ class CudaPins(Pins):
     instead of surfacing in whichever CUDA call comes next."""
 
     @staticmethod
-    def if_available() -> "CudaPins | None":
+    def if_available() -> CudaPins | None:
         import torch
 
         return CudaPins() if torch.cuda.is_available() else None

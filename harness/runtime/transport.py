@@ -120,7 +120,7 @@ class Publisher:
         buf = self._buffer(total)
         if buf is None:
             return None
-        for h, view in zip(states, _views(buf, layout)):
+        for h, view in zip(states, _views(buf, layout), strict=True):
             view.copy_(h)
         if states and states[0].is_cuda:
             import torch
@@ -189,7 +189,8 @@ class Stream:
         if self.views is None and not self._allocate(placement[0], states):
             self.failed = True
             return
-        if any(h.dtype != v.dtype or h.shape[1:] != v.shape[1:] for h, v in zip(states, self.views)):
+        if len(states) != len(self.views) or any(h.dtype != v.dtype or h.shape[1:] != v.shape[1:]
+                                                 for h, v in zip(states, self.views, strict=True)):
             self.failed = True
             return
         moves = _coalesce(placement[1])
@@ -199,7 +200,7 @@ class Stream:
             self.flush()
             self.pending = (states, moves, torch.cuda.current_stream().record_event())
         else:
-            for h, view in zip(states, self.views):
+            for h, view in zip(states, self.views, strict=True):
                 for src, dst, n in moves:
                     view[dst:dst + n].copy_(h[src:src + n])
         self.placed += sum(n for _, _, n in moves)
@@ -224,7 +225,7 @@ class Stream:
             self.side = torch.cuda.Stream()
         with torch.cuda.stream(self.side):
             self.side.wait_event(ready)
-            for h, view in zip(states, self.views):
+            for h, view in zip(states, self.views, strict=True):
                 h.record_stream(self.side)
                 for src, dst, n in moves:
                     view[dst:dst + n].copy_(h[src:src + n], non_blocking=True)

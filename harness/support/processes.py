@@ -3,6 +3,7 @@ killing what is left, and the ones session-scoped generators own (not a test's l
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 #: Children every Python process may have that no test starts.
@@ -57,10 +58,8 @@ def reap(pids) -> None:
         except psutil.Error:
             continue
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(procs, timeout=10)
     from harness.support.shm_orphans import discard_openmp_registrations
 

@@ -29,4 +29,4 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()

@@ -4,6 +4,7 @@ reboot, and the Intel OpenMP runtime's registration files of processes that ende
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 SHM = "/dev/shm"  # memory, not disk: the hand-off buffers live here (harness.runtime.transport)
@@ -74,10 +75,8 @@ def discard_segments(names, directory: str = SHM) -> list[str]:
 
     gone = _unlink(names, directory)
     for name in gone:
-        try:
+        with contextlib.suppress(Exception):  # no tracker running: nothing to tell
             resource_tracker.unregister("/" + name, "shared_memory")
-        except Exception:  # no tracker running: nothing to tell
-            pass
     return gone
 
 

@@ -24,8 +24,9 @@ outlives the session, pass or fail.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 _JOBS: dict[str, Callable[[], Any]] = {}
 _FUTURES: dict[str, Future] = {}

@@ -3,14 +3,14 @@ in /dev/shm that the session made and no live process still maps."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
 import pytest
 
 from harness.support.processes import SESSION_PROCESSES, children, reap
-from harness.support.shm_orphans import (SHM, discard_openmp_registrations, entries, mapped_shm,
-                                         openmp_registration_pid)
+from harness.support.shm_orphans import SHM, discard_openmp_registrations, entries, mapped_shm, openmp_registration_pid
 
 
 @pytest.fixture(autouse=True)
@@ -88,10 +88,8 @@ def no_leftover_shared_memory():
         time.sleep(0.5)
     left = shm_left(before)
     for name in left:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(os.path.join(SHM, name))
-        except OSError:
-            pass
     if left:
         where = ", ".join(f"{n} ({first_seen(n)})" for n in sorted(left))
         pytest.fail(f"the session left files in {SHM} (removed now): {where}")

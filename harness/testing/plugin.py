@@ -12,12 +12,24 @@ import pytest
 from harness.testing import session_report
 from harness.testing.gpu import gpu_config, hold_gpu_skip, pytest_collection_modifyitems  # noqa: F401
 from harness.testing.leaks import no_leftover_shared_memory, no_leftover_workers, pytest_runtest_protocol  # noqa: F401
-from harness.testing.recording import (expectations, harness_meta, numerics_expected, record_e2e,  # noqa: F401
-                                      record_note, record_observation, record_proof)
-from harness.testing.session_report import (report_generator_starts, pytest_collection_finish,  # noqa: F401
-                                           pytest_xdist_node_collection_finished, pytest_deselected,  # noqa: F401
-                                           pytest_keyboard_interrupt, pytest_runtest_logreport, pytest_sessionfinish)
-
+from harness.testing.recording import (  # noqa: F401
+    expectations,
+    harness_meta,
+    numerics_expected,
+    record_e2e,
+    record_note,
+    record_observation,
+    record_proof,
+)
+from harness.testing.session_report import (  # noqa: F401
+    pytest_collection_finish,
+    pytest_deselected,
+    pytest_keyboard_interrupt,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    pytest_xdist_node_collection_finished,  # noqa: F401
+    report_generator_starts,
+)
 
 #: Offline and small: no hub lookups, a 1 GiB KV cache on CPU (vLLM would otherwise reserve half the RAM), and idle
 #: workers that sleep instead of spinning on their message queue (several shared generators wait idle while one

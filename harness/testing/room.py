@@ -10,6 +10,8 @@ where memory is plentiful, so on most builds a run is unchanged."""
 
 from __future__ import annotations
 
+import contextlib
+
 #: Kept free beyond two of the largest worker seen: the caller's buffers and short-lived helpers.
 MARGIN_BYTES = 1 << 30
 
@@ -31,10 +33,8 @@ def worker_bytes(generator) -> int:
 
     total = 0
     for _, proc in worker_procs(generator.real_executor):
-        try:
+        with contextlib.suppress(psutil.Error):
             total += psutil.Process(proc.pid).memory_info().rss
-        except psutil.Error:
-            pass
     return total
 
 

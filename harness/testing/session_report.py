@@ -16,7 +16,6 @@ from harness.support.processes import children, owned_by_jobs, reap
 from harness.testing.collector import COLLECTOR, E2E, META, NOTE, OBS, PROOF, STARTS, Collector
 from harness.testing.recording import NA_PREFIX, observe_only
 
-
 _STARTS_REPORTED = [0]
 
 

@@ -50,6 +50,6 @@ class Finding:
     reason: str | None = None  # why the shim covers it, or why the allow-list accepts it
 
     @classmethod
-    def between(cls, old: Fact | None, new: Fact) -> "Finding":
+    def between(cls, old: Fact | None, new: Fact) -> Finding:
         return cls(new.contract, new.symbol, new.kind or new.check, old.value if old else "(not seen)", new.value,
                    new.evidence, new.site, dict(new.detail))

@@ -3,8 +3,6 @@ surface. The checks themselves live in their contracts' modules (`CONTRACT.gate_
 
 from __future__ import annotations
 
-import ast
-
 from harness.vllm_source.facts import Fact
 
 #: The decoder stacks the harness runs (tiny-llama, tiny-deepseek-v3; Kimi-K2.5's stack is DeepseekV2Model):

@@ -22,9 +22,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 from harness.vllm_source.tree import _parse, module_file
-from pathlib import Path
 
 #: The worker modules whose runner speculators' generator drives (GPU and CPU builds), and their classes.
 WORKERS = {"vllm.v1.worker.gpu_worker": "Worker", "vllm.v1.worker.cpu_worker": "CPUWorker"}

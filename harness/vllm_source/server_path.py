@@ -42,9 +42,9 @@ def _defines(tree: ast.Module, name: str) -> int | None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, ast.Name) and t.id == name for t in targets):
                 return node.lineno
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            if any((a.asname or a.name.split(".")[0]) == name for a in node.names):
-                return node.lineno
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (a.asname or a.name.split(".")[0]) == name for a in node.names):
+            return node.lineno
         if isinstance(node, ast.If):  # TYPE_CHECKING / version branches
             inner = _defines(ast.Module(body=node.body + node.orelse, type_ignores=[]), name)
             if inner:

@@ -26,9 +26,9 @@ import json
 import re
 from pathlib import Path
 
+from harness.support.paths import FIXTURES, SOURCE_ROOT
 from harness.vllm_source import runners
 from harness.vllm_source.facts import RUNTIME, Fact
-from harness.support.paths import FIXTURES, SOURCE_ROOT
 
 FIXTURE = FIXTURES / "surfaces" / "harness-shims.json"
 #: The harness code that touches vLLM at run time, relative to the repository root.

@@ -15,10 +15,11 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import griffe
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.support.paths import REPO_ROOT
 from harness.runtime.executor_view import WorkerTimeout
 from harness.runtime.generator import HarnessGenerator, Options
 from harness.runtime.inputs import HarnessInputError, TruncationWarning
+from harness.support.paths import REPO_ROOT
 from harness.testing import ahead
 
 LLAMA = "tiny-llama"

@@ -4,6 +4,7 @@ zmq contexts, and the children that show it leave nothing in /dev/shm."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -143,10 +144,8 @@ def _wait_group(pgid: int, timeout: float) -> None:
         except ProcessLookupError:
             return
         time.sleep(0.2)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, 9)
-    except ProcessLookupError:
-        pass
 
 
 def _unlink_segments(lines: list[str]) -> None:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.native import availability
 from harness.clients import contracts as cc
-from harness.subjects.releases import CLIENT, CLIENT_MODELS, CLIENTS, client_row
+from harness.native import availability
 from harness.native.layer_ids import map_layer_ids
+from harness.subjects.releases import CLIENT, CLIENT_MODELS, CLIENTS, client_row
 from harness.testing.recording import check_expected, not_applicable
 
 
@@ -39,8 +39,8 @@ def test_connectors_contract(record_observation):
     """`client-connectors`: hs-connectors' imports and subclasses against the installed vLLM (n/a without the export)."""
     import vllm
 
-    from harness.installed.connectors_surface import fixture_path
     from harness.gate.read.client import CONNECTORS_OF
+    from harness.installed.connectors_surface import fixture_path
 
     na = _no_export()
     if na:
@@ -51,9 +51,9 @@ def test_connectors_contract(record_observation):
 
 @pytest.mark.parametrize("name", CLIENT_MODELS)
 def test_clients_agree_with_ours(name, record_e2e, record_observation, expectations, numerics_expected):
-    from harness.subjects import models
     from harness import native as nx
     from harness.clients import server_check
+    from harness.subjects import models
 
     na = _no_export()
     if na:
@@ -89,11 +89,10 @@ def test_clients_agree_with_ours(name, record_e2e, record_observation, expectati
 def test_sync_writer_is_needed(record_e2e, expectations):
     """Needed: where the probe chooses the synchronous writer, vLLM's own connector, unchanged, fails the first
     request with one of its documented failures. (Sufficient: the agreement test above runs with it.)"""
-    from harness.native import sync_writer
-    from harness.clients.vllm_client import extract
     from harness.clients.server import ServerError, VllmServer
+    from harness.clients.vllm_client import extract
+    from harness.native import sync_writer
     from harness.subjects import models
-
     from harness.testing.recording import expected_broken
 
     key = client_row("tiny-llama")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.subjects import models
 from harness.clients import second_client
+from harness.subjects import models
 from harness.subjects.prompts import random_prompts
 from harness.testing import ahead
 from harness.testing.recording import not_applicable
@@ -57,7 +57,7 @@ def test_speculators_040_matches_ours(runs, record_e2e):
     ours = run.generator.generate(prompts)
     order = run.generator.layer_ids
     d = max(float((ours_r["hidden_states"][order.index(k)].float() - t[i]).abs().max())
-            for ours_r, t in zip(ours, theirs["hidden_states"]) for i, k in enumerate(layers))
+            for ours_r, t in zip(ours, theirs["hidden_states"], strict=True) for i, k in enumerate(layers))
     assert theirs["input_ids"] == prompts
     record_e2e(MODEL, "speculators 0.4.0 (second client) agrees", "pass" if d <= TOL else "fail",
                f"max abs diff {d:.2e} over {sum(map(len, prompts))} tokens, layers {layers} ({job['why']})", max_abs_diff=d)

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from harness.subjects import models
-from harness.native import availability
 from harness.clients.server import HOST, PortInUse, ServerDied, ServerNotReady, VllmServer
+from harness.native import availability
+from harness.subjects import models
 from harness.testing.recording import not_applicable
 
 IDS = [2, 3, 4]
@@ -63,8 +63,8 @@ def test_with_the_native_export_the_server_serves_or_fails_in_one_line(llama):
     """The server either fails to start on this platform (one line, vLLM's cause) or serves: then speculators
     0.9.0's client either gets the file, or its request fails with what the server's log says (a CPU build's
     connector needs CUDA to write)."""
-    from harness.clients.vllm_client import extract
     from harness.clients.server import ServerError
+    from harness.clients.vllm_client import extract
 
     ok, why = availability()
     if not ok:

@@ -17,10 +17,10 @@ import tempfile
 import pytest
 
 from harness import contracts
-from harness.support import fdio
 from harness.contracts.base import Attempt, Outcome, summarize
-from harness.testing.recording import not_applicable, observe_only, outcome_to_prove
 from harness.reporting.report import PROOF_FAILED, PROOF_NA, PROOF_NEEDED, PROOF_NOT_NEEDED
+from harness.support import fdio
+from harness.testing.recording import not_applicable, observe_only, outcome_to_prove
 
 PROMPTS = [[(7 * i + 3 * j) % 500 + 4 for j in range(40)] for i in range(2)]  # 2 full blocks and more each
 
@@ -28,8 +28,8 @@ PROMPTS = [[(7 * i + 3 * j) % 500 + 4 for j in range(40)] for i in range(2)]  # 
 def _extract(name: str, disable: frozenset, calls: int = 2, run=None):
     """speculators' generator with `disable` left out: `calls` extractions of PROMPTS, or the contract's own
     `proof_run(gen)` (a batch and a check the contract needs, e.g. C-chunkedprefill's request order)."""
-    from harness.subjects import models
     from harness.runtime.generator import HarnessGenerator, options_for
+    from harness.subjects import models
     from harness.testing.probe_context import MAX_MODEL_LEN
 
     model = models.build(name)
@@ -50,8 +50,8 @@ def _model_for(key: str) -> str:
 
 def _without_shim(cid: str, name: str) -> Attempt:
     """speculators' run with this one shim left out (the contract module may say how: `prove(with_shim)`)."""
-    from harness.subjects import models
     from harness.contracts import mla
+    from harness.subjects import models
 
     module = contracts.by_id()[cid]
     if hasattr(module, "prove"):

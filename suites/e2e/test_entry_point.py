@@ -9,9 +9,9 @@ import os
 import subprocess
 import sys
 
-from harness.subjects import models
 from harness.contracts import mla
 from harness.native.engine_log import root_cause
+from harness.subjects import models
 from harness.testing.recording import not_applicable, not_applicable_if_declared_broken
 
 _CHILD = '''

@@ -16,22 +16,20 @@ states of magnitude ~1-4 are held to):
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
 from harness import contracts
-from harness.subjects import reference
+from harness.subjects import batches, reference
 from harness.subjects.prompts import random_prompts
-from harness.subjects import batches
 from harness.testing.recording import expected_broken, not_applicable
 
 OFF_BY_ONE_MIN = 1e-2
 
 
 def max_diff(results, refs) -> float:
-    return max(float((h.float() - r).abs().max()) for res, ref in zip(results, refs)
-               for h, r in zip(res["hidden_states"], ref))
+    return max(float((h.float() - r).abs().max()) for res, ref in zip(results, refs, strict=True)
+               for h, r in zip(res["hidden_states"], ref, strict=True))
 
 
 def test_batch_matches_transformers(run, record_e2e, numerics_expected):
@@ -40,7 +38,7 @@ def test_batch_matches_transformers(run, record_e2e, numerics_expected):
     batch = random_prompts(6, 17, 131, model.vocab_size, seed=1)
     results = gen.generate(batch)
     assert len(results) == len(batch)
-    for p, res in zip(batch, results):
+    for p, res in zip(batch, results, strict=True):
         assert len(res["hidden_states"]) == len(gen.layer_ids)
         for h in res["hidden_states"]:
             assert tuple(h.shape) == (len(p), model.hidden_size)
@@ -67,7 +65,7 @@ def test_same_batch_twice_is_bitwise_equal_and_complete(run, record_e2e):
     second = run.generator.generate(batch)
     rows = [[int(h.shape[0]) for h in r["hidden_states"]] for r in second]
     assert rows == [[len(p)] * len(run.generator.layer_ids) for p in batch], "prefix cache ate rows"
-    equal = all(torch.equal(a, b) for r1, r2 in zip(first, second) for a, b in zip(r1["hidden_states"], r2["hidden_states"]))
+    equal = all(torch.equal(a, b) for r1, r2 in zip(first, second, strict=True) for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True))
     record_e2e(run.model.name, "same batch twice: all rows, bitwise equal", "pass" if equal else "fail",
                f"{sum(map(len, batch))} tokens x {len(run.generator.layer_ids)} layers")
     assert equal
@@ -126,7 +124,7 @@ def test_prompt_alone_equals_prompt_in_batch(run, record_e2e, numerics_expected,
     batch = random_prompts(5, 20, 90, model.vocab_size, seed=4)
     together = gen.generate(batch)
     alone = gen.generate([batch[2]])
-    d = max(float((a - b).abs().max()) for a, b in zip(alone[0]["hidden_states"], together[2]["hidden_states"]))
+    d = max(float((a - b).abs().max()) for a, b in zip(alone[0]["hidden_states"], together[2]["hidden_states"], strict=True))
     tol = reference.tolerance([r["hidden_states"] for r in together])
     record_e2e(model.name, "a prompt alone vs inside a batch", "pass" if d <= tol else "fail",
                f"max abs diff {d:.2e} (tolerance {tol:g})", max_abs_diff=d)
@@ -197,7 +195,7 @@ def test_streamed_and_shared_memory_hand_offs_are_bit_identical_to_the_rpc(run, 
         set_transport("stream")
 
     def same(a, b):
-        return all(torch.equal(x, y) for r1, r2 in zip(a, b) for x, y in zip(r1["hidden_states"], r2["hidden_states"]))
+        return all(torch.equal(x, y) for r1, r2 in zip(a, b, strict=True) for x, y in zip(r1["hidden_states"], r2["hidden_states"], strict=True))
 
     equal = {mode: same(out[mode], out["rpc"]) for mode in ("stream", "shm")}
     ok = all(equal.values()) and used["stream"] == 1 and used["shm"] == 1

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import torch
 
-from harness.subjects.prompts import random_prompts
 from harness.subjects import batches
+from harness.subjects.prompts import random_prompts
 
 
 def same(a: list[dict], b: list[dict]) -> bool:
     return len(a) == len(b) and all(
         torch.equal(r1["input_ids"], r2["input_ids"]) and len(r1["hidden_states"]) == len(r2["hidden_states"])
-        and all(torch.equal(x, y) for x, y in zip(r1["hidden_states"], r2["hidden_states"])) for r1, r2 in zip(a, b))
+        and all(torch.equal(x, y) for x, y in zip(r1["hidden_states"], r2["hidden_states"], strict=True)) for r1, r2 in zip(a, b, strict=True))
 
 
 def test_fast_path_is_bitwise_speculators_loop(run, record_e2e):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.subjects import reference
 from harness.scenarios import soak
+from harness.subjects import reference
 
 MODEL = "tiny-llama"
 SEED = 28

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.gate.obtain import artifacts
 from harness.envs import sources
 from harness.gate.cli import configure, run
+from harness.gate.obtain import artifacts
 
 VERSION = "0.33.0.dev5+gabc1234d"  # a per-commit build: dev release, commit in the local version
 COMMIT = "abc1234d" + "0" * 32
@@ -169,8 +169,8 @@ def test_a_folder_that_is_not_a_vllm_tree_is_refused(tmp_path):
 
 def test_a_tree_is_named_by_its_content(tmp_path):
     """Two folders that both say 0.33.0 get different report names unless their sources are the same."""
-    from harness.gate.obtain.artifacts import fetch, parse
     from harness.gate.cli import report_path
+    from harness.gate.obtain.artifacts import fetch, parse
 
     def tree(name: str, body: str) -> Path:
         root = tmp_path / name

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.gate.read import client
 from harness.gate.obtain import artifacts
+from harness.gate.read import client
 
 CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
 

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from harness import contracts
+from harness.envs import sources
+from harness.gate.cli import add_parser, run
 from harness.gate.decide import allowlist
 from harness.gate.read import coverage
-from harness.vllm_source import used_surface
-from harness.envs import sources
-from harness.gate.cli import add_parser, configure, run
 from harness.support.paths import REPO_ROOT
+from harness.vllm_source import used_surface
 
 UNREACHABLE_INDEX = "http://127.0.0.1:9/simple"  # the discard port on loopback: refused at once
 
@@ -186,8 +186,7 @@ def test_static_gate_time_with_sources_cached(gate, capsys):
 def test_a_contract_without_facts_is_not_checked_and_undecided(cache_dir):
     """Never SAFE for what was not read: drop one contract's facts from real ones and the gate says 2."""
     from harness.gate.decide import verdict
-    from harness.gate.read import dynamic
-    from harness.gate.read import static
+    from harness.gate.read import dynamic, static
 
     roots = [sources.ensure(v, cache_dir).root for v in ("0.11.1", "0.11.2")]
     old, new = static.read_versions(roots, used_surface.fixture_path(), parallel=False)

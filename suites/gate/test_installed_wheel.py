@@ -85,7 +85,8 @@ def test_the_gate_from_the_wheel_answers_as_the_checkout(installed, gate):
     rc, checkout_report, _ = gate(OLD, NEW)
     assert run.returncode == rc, run.stderr[-1500:]
     assert installed_report["verdict"] == checkout_report["verdict"]
-    key = (lambda f: (f["contract"], f["kind"], f.get("symbol", ""), f.get("evidence", "")))
+    def key(f):
+        return ((f["contract"], f["kind"], f.get("symbol", ""), f.get("evidence", "")))
     assert sorted(map(key, installed_report["findings"])) == sorted(map(key, checkout_report["findings"]))
     added = {p for p in site_packages(script).rglob("*")} - before
     assert not [p for p in added if "__pycache__" not in p.parts], sorted(added)[:5]

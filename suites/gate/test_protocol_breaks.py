@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.gate.sweeps import bisect
-from harness.gate.read import client
 from harness.envs import sources
 from harness.gate.cli import configure, run
+from harness.gate.read import client
+from harness.gate.sweeps import bisect
 from harness.support.paths import REPO_ROOT
+
 
 def _gate(tmp_path: Path, old: str, new: str, cache: Path | None = None) -> tuple[int, dict, str]:
     out, md = tmp_path / "gate.json", tmp_path / "gate.md"

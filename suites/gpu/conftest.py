@@ -75,10 +75,10 @@ def _options(cfg, language_model_only: bool):
 def tier(request):
     from transformers import AutoTokenizer
 
-    from harness.installed import versions
-    from harness.gpu import tier as gpu_tier
-    from harness.reporting import gpu_report
     from harness.contracts import mla
+    from harness.gpu import tier as gpu_tier
+    from harness.installed import versions
+    from harness.reporting import gpu_report
     from harness.runtime.generator import HarnessGenerator, text_config
     from harness.subjects.models import TinyModel
 

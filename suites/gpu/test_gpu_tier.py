@@ -40,7 +40,7 @@ def test_batch_shapes_dtype_finite(tier):
     tier.batch, tier.first_batch = results, first
     want = DTYPES[tier.cfg.dtype]
     bad = []
-    for p, r in zip(prompts, results):
+    for p, r in zip(prompts, results, strict=True):
         if len(r["hidden_states"]) != len(gen.layer_ids):
             bad.append(f"{len(r['hidden_states'])} tensors for {len(gen.layer_ids)} layers")
         for h in r["hidden_states"]:
@@ -58,7 +58,7 @@ def test_batch_shapes_dtype_finite(tier):
 
 def _pairs(a: list, b: list) -> list:
     """Tensor pairs of two results of the same prompts; never empty (a comparison of nothing cannot pass)."""
-    pairs = [(x, y) for r1, r2 in zip(a, b) for x, y in zip(r1["hidden_states"], r2["hidden_states"])]
+    pairs = [(x, y) for r1, r2 in zip(a, b, strict=True) for x, y in zip(r1["hidden_states"], r2["hidden_states"], strict=True)]
     assert pairs and len(a) == len(b), f"nothing to compare: {len(a)} vs {len(b)} results"
     return pairs
 
@@ -72,14 +72,14 @@ def test_prompt_alone_equals_prompt_in_batch(tier):
     tol = bound(tier.cfg.dtype, [h for r in batch for h in r["hidden_states"]])
     for i, p in enumerate(tier.prompts):
         alone = tier.generator.generate([p])[0]["hidden_states"]
-        diffs = [float((x.float() - y.float()).abs().max()) for x, y in zip(alone, batch[i]["hidden_states"])]
-        by_layer = [max(a, b) for a, b in zip(by_layer, diffs)]
+        diffs = [float((x.float() - y.float()).abs().max()) for x, y in zip(alone, batch[i]["hidden_states"], strict=True)]
+        by_layer = [max(a, b) for a, b in zip(by_layer, diffs, strict=True)]
         over += max(diffs) > tol
     worst = max(by_layer)
-    tier.facts["alone_vs_batch_by_layer"] = dict(zip(map(str, layers), by_layer))
+    tier.facts["alone_vs_batch_by_layer"] = dict(zip(map(str, layers), by_layer, strict=True))
     _check(tier, ALONE_CHECK, worst <= tol,
            f"max abs diff {worst:.3g} (tolerance {tol:.3g}); {over} of {len(tier.prompts)} prompts over it; by "
-           "captured layer: " + ", ".join(f"{lid}: {d:.3g}" for lid, d in zip(layers, by_layer)))
+           "captured layer: " + ", ".join(f"{lid}: {d:.3g}" for lid, d in zip(layers, by_layer, strict=True)))
     assert worst <= tol
 
 
@@ -264,8 +264,8 @@ def test_throughput_against_plain_prefill(tier):
     timed in interleaved pairs (harness.scenarios.bench.paired); else (Kimi-K2.5 at TP=8) one after the other: ours, then
     the tier's generator is closed and plain vLLM started in its place (`mode` says which; a ratio of medians
     then). Recorded, never asserted: the test fails only if a side cannot be measured."""
-    from harness.scenarios import bench
     from harness.gpu import flops
+    from harness.scenarios import bench
 
     cfg = tier.cfg
     if cfg.throughput_pairs < 1:

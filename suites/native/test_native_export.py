@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness.scenarios import bench
 from harness import contracts
 from harness import native as nx
 from harness.contracts.base import Attempt, Observation
 from harness.native.session import NativeRun, gpu_share, layers_of, prompts_for, start
+from harness.scenarios import bench
 from harness.testing.recording import not_applicable
 
 TOL = 1e-5
@@ -148,15 +148,15 @@ def test_native_run_contracts(name, natives, record_e2e, record_observation, exp
     for probe in probes:
         _row(record_e2e, name, probe)
     _hold(nx.observe(nx.FILES_CONTRACT, probes, subject=name), record_observation, expectations)
-    assert all(e.token_ids == p for e, p in zip(nr.first, prompts)), "token_ids read back differ from the prompts"
+    assert all(e.token_ids == p for e, p in zip(nr.first, prompts, strict=True)), "token_ids read back differ from the prompts"
 
 
 # -- agreement ----------------------------------------------------------------------------------------------
 def _diffs(ours_results, theirs, ours_ids: list[int], their_ids: list[int]) -> dict[int, float]:
     """Per speculators layer id: max abs diff over prompts between ours and the native export (matched by id)."""
     worst: dict[int, float] = {}
-    for res, exp in zip(ours_results, theirs):
-        for k, t in zip(their_ids, exp.hidden_states):
+    for res, exp in zip(ours_results, theirs, strict=True):
+        for k, t in zip(their_ids, exp.hidden_states, strict=True):
             h = res["hidden_states"][ours_ids.index(k)].float()
             assert tuple(h.shape) == tuple(t.shape), f"layer {k}: ours {tuple(h.shape)} vs native {tuple(t.shape)}"
             worst[k] = max(worst.get(k, 0.0), float((h - t.float()).abs().max()))
@@ -170,7 +170,7 @@ def _max_diff(ours_results, theirs, ours_ids: list[int], their_ids: list[int]) -
 def _vs_reference(tensors_per_prompt, ref, ids: list[int]) -> float:
     """Max abs diff of [prompt][layer] tensors (in `ids` order) against transformers' [prompt][layer]."""
     return max(float((t.float().cpu() - r.float().cpu()).abs().max())
-               for ts, rs in zip(tensors_per_prompt, ref) for t, r in zip(ts, rs))
+               for ts, rs in zip(tensors_per_prompt, ref, strict=True) for t, r in zip(ts, rs, strict=True))
 
 
 def _agreement(nr: NativeRun) -> tuple[float, float, str]:

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from harness.scenarios import bench
 from harness.reporting.matrix import bench_cell
+from harness.scenarios import bench
 
 
 def test_pairs_interleave_and_alternate_after_warmup():
@@ -20,7 +20,7 @@ def test_ratio_is_plain_time_over_extraction_time_per_pair():
     r = result["ratio"]
     # extraction five times as slow: about 0.2 (bounds wide enough for a loaded machine's oversleeping)
     assert 0.02 < r["min"] <= r["median"] <= r["max"] < 0.8
-    assert r["all"] == [p / e for p, e in zip(result["plain_s"]["all"], result["extract_s"]["all"])]
+    assert r["all"] == [p / e for p, e in zip(result["plain_s"]["all"], result["extract_s"]["all"], strict=True)]
     assert "below the goal of 0.9x" in bench.verdict(r)
 
 

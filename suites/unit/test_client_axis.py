@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from harness.subjects.releases import client_row
 from harness.reporting import client_axis as ca
+from harness.subjects.releases import client_row
 
 
 def _rep(contracts=(), e2e=()) -> dict:
@@ -80,7 +80,7 @@ def test_a_server_failure_is_broken_only_where_cuda_observed_it_and_a_client_fai
     lock = [_e2e(client_row("tiny-llama", "0.5.0"), AGREES, "fail", "the client fails: no lock protocol")]
     cell = ca.cells(_rep(e2e=lock), "pass")["0.5.0"]
     assert (cell["verdict"], cell["fault"]) == (ca.BROKEN, "speculators 0.5.0's client")
-    assert "**broken** (CPU)" == ca._short(cell)
+    assert ca._short(cell) == "**broken** (CPU)"
 
 
 def test_the_cuda_cell_is_the_answer_and_the_cpu_cell_rides_along():
@@ -95,8 +95,9 @@ def test_the_cuda_cell_is_the_answer_and_the_cpu_cell_rides_along():
 def test_cuda_cells_come_from_the_committed_gpu_reports():
     """vLLM 0.20's CUDA cells: the tier (speculators 0.3.0) and the four server-path clients, each naming files
     that exist."""
-    from harness.support.paths import REPO_ROOT as ROOT, REPORTS
     from harness.reporting import builds
+    from harness.support.paths import REPO_ROOT as ROOT
+    from harness.support.paths import REPORTS
 
     cells = builds.cuda_cells(REPORTS, ca._cell)
     for release in ("0.3.0", "0.5.0", "0.6.0", "0.8.0", "0.9.0"):
@@ -144,8 +145,8 @@ def test_a_prompt_that_changes_with_its_batch_is_blamed_on_vllm_with_the_layers_
 def test_the_committed_kimi_int4_report_gives_vllm_025_a_partial_cell_with_vllms_fault():
     """vLLM 0.25's CUDA cell for speculators 0.3.0 from the committed reports: the INT4 slice failed a check, so the
     cell is partial, its fault vLLM's, its evidence the slice's report."""
-    from harness.support.paths import REPORTS
     from harness.reporting import builds
+    from harness.support.paths import REPORTS
 
     cell = builds.cuda_cells(REPORTS, ca._cell)["0.3.0"]["0.25.0"]
     assert cell["verdict"] == ca.PARTIAL and "kimi-k25-int4-3l" not in cell["models"]

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from harness.envs import tox_envs
 from harness.clients import contracts as cc
 from harness.clients.vllm_client import ClientApi, load_client
+from harness.envs import tox_envs
 from harness.reporting import matrix
 
 

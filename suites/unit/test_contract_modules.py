@@ -78,8 +78,7 @@ def test_no_site_wires_a_contract_by_name():
 
 
 def test_the_gate_tables_are_derived_from_the_contract_modules():
-    from harness.gate.read import coverage
-    from harness.gate.read import contract_checks
+    from harness.gate.read import contract_checks, coverage
 
     assert "def " not in contract_checks.__doc__ and len([m for m in contracts.modules() if m.CONTRACT.gate_checks]) >= 10
 

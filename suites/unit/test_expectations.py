@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from harness import contracts
-from harness.reporting import expectations
 from harness.contracts.base import Outcome
+from harness.reporting import expectations
+
 
 @pytest.mark.parametrize("stem", expectations.available())
 def test_every_file_is_valid_and_complete(stem):

@@ -4,8 +4,7 @@ import json
 
 from packaging.version import Version
 
-from harness.envs import tox_envs
-from harness.envs import sources
+from harness.envs import sources, tox_envs
 from harness.gate.obtain.baseline import WRITTEN_FOR, last_known_good
 
 
@@ -19,7 +18,7 @@ def _report(status_pass: bool) -> dict:
 
 def test_newest_passing_report_is_the_reference(tmp_path):
     envs = list(tox_envs.versions().items())
-    (older_v, older), (newer_v, newer) = envs[2], envs[5]
+    (older_v, older), (_newer_v, newer) = envs[2], envs[5]
     (tmp_path / f"{older['env']}.json").write_text(json.dumps(_report(True)))
     (tmp_path / f"{newer['env']}.json").write_text(json.dumps(_report(False)))  # fails: not a reference
     version, why = last_known_good(tmp_path, verified=tmp_path / "none.toml")

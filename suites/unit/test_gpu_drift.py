@@ -28,7 +28,8 @@ def test_a_rebuilt_checkpoint_in_another_folder_keeps_its_key(tmp_path):
     a = _checkpoint(tmp_path / "tiny-llama-aaaa", w)
     b = tmp_path / "tiny-llama-bbbb"
     shutil.copytree(a, b)
-    key = lambda p, **kw: gpu_tier.run_key(p, kw.get("tp", 1), "bfloat16", [[1, 2, 3]], kw.get("layers", [0, 1]))["key"]
+    def key(p, **kw):
+        return gpu_tier.run_key(p, kw.get("tp", 1), "bfloat16", [[1, 2, 3]], kw.get("layers", [0, 1]))["key"]
     assert key(a) == key(b)
     assert key(a) != key(a, tp=2) and key(a) != key(a, layers=[1])
     c = _checkpoint(tmp_path / "tiny-llama-aaaa-changed", w + torch.tensor([[0, 0, 0, 1e-3], [0, 0, 0, 0]]))

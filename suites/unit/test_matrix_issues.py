@@ -9,8 +9,8 @@ import sys
 
 import yaml
 
-from harness.support.paths import REPO_ROOT
 from harness.reporting import issues
+from harness.support.paths import REPO_ROOT
 
 
 def _junit(tmp_path):

@@ -197,7 +197,7 @@ def test_layers_asked_gives_one_tensor_per_asked_id_and_names_a_wrong_file():
     hs = torch.arange(5 * 3 * 2, dtype=torch.float32).reshape(5, 3, 2)  # 5 tokens, distinct ids [2, 4, 7]
     data = {"hidden_states": hs, "token_ids": torch.arange(5)}
     got = layers_asked(data, "f.safetensors", [2, 4, 7], [7, 2, 2])
-    assert [torch.equal(g, hs[:, i, :]) for g, i in zip(got, [2, 0, 0])] == [True, True, True]
+    assert [torch.equal(g, hs[:, i, :]) for g, i in zip(got, [2, 0, 0], strict=True)] == [True, True, True]
     with pytest.raises(ValueError, match=r"^f\.safetensors: expected hidden_states \[tokens, 4, hidden\]"):
         layers_asked(data, "f.safetensors", [1, 2, 4, 7], [1])
     with pytest.raises(ValueError, match=r"expected hidden_states \[6, 3, hidden\], the file holds"):

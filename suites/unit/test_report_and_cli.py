@@ -35,8 +35,8 @@ def test_run_without_vllm_exits_2_with_a_clear_message():
 
 def test_error_texts_and_gpu_config_carry_no_machine_paths():
     """Reports are committed: an ImportError's file and the prompts file are recorded without this machine's prefix."""
-    from harness.gpu import tier as gpu_tier
     from harness.contracts.base import summarize
+    from harness.gpu import tier as gpu_tier
     from harness.support.paths import REPO_ROOT
 
     err = ("cannot import name 'x' from 'vllm.a' (/home/u/proj/.tox/e/lib/python3.11/site-packages/vllm/a.py); "
@@ -57,8 +57,8 @@ def test_error_texts_and_gpu_config_carry_no_machine_paths():
 
 
 def test_reports_hold_no_machine_paths_even_when_site_packages_lies_in_the_checkout():
-    from harness.support.paths import REPO_ROOT
     from harness.reporting.report import unmachined
+    from harness.support.paths import REPO_ROOT
 
     error = f"cannot import name 'x' from 'vllm.a' ({REPO_ROOT}/.tox/e/lib/python3.11/site-packages/vllm/a.py)"
     assert unmachined({"e": [error]}) == {"e": ["cannot import name 'x' from 'vllm.a' (vllm/a.py)"]}

@@ -20,7 +20,7 @@ def live():
 
     time.sleep(1.5)
     yield [(name, SimpleNamespace(real_executor=SimpleNamespace(workers=[SimpleNamespace(proc=p)])))
-           for name, p in zip(("a", "b", "c"), procs)]
+           for name, p in zip(("a", "b", "c"), procs, strict=True)]
     for p in procs:
         p.kill()
         p.wait()

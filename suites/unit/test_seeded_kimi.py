@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.gpu import kimi_int4, seeded_loader
-from harness.runtime.inputs import HarnessInputError, SEEDED_MARKER, check_weights, load_format_of
+from harness.runtime.inputs import SEEDED_MARKER, HarnessInputError, check_weights, load_format_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,7 +78,7 @@ def test_every_tensor_is_seeded_by_name_at_a_trained_models_scales():
     a, b = module(), module()
     assert seeded_loader.seed_weights(a) == {"norm": 1, "scale": 1, "packed": 2, "weight": 1, "zeroed": 1}
     seeded_loader.seed_weights(b)
-    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
         assert torch.equal(x, y), name
     assert not torch.equal(a.w13_weight_packed, a.w2_weight_packed)
     nibbles = ((a.w13_weight_packed.view(-1, 1) >> torch.arange(0, 32, 4)) & 0xF).view(-1)

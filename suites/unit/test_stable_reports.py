@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
-from harness.support.paths import REPO_ROOT
 from harness.reporting import report, stable
+from harness.support.paths import REPO_ROOT
 
 #: A worker error as vLLM 0.16 logs it when MLA cannot start on a CPU build (reports/vllm016.json's MLA proof).
 WORKER_ERROR = ("without harness.contracts.mla.apply_env (VLLM_MLA_DISABLE=1): Exception: (Worker pid=31622) ERROR "

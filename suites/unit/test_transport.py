@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from harness.runtime import transport
-from harness.support import shm_orphans
 from harness.runtime.pinning import Pins
+from harness.support import shm_orphans
 
 
 def test_shared_memory_hand_off_reuses_its_mapping_and_never_reads_a_lost_buffer(tmp_path):
@@ -91,7 +91,7 @@ def test_buffer_growth_unpins_the_old_buffer_before_it_is_dropped(tmp_path):
     for i, rows in enumerate(sizes):
         states = [torch.full((rows, 16), float(i)), torch.full((rows, 16), -float(i))]
         got = transport.materialize(pub.publish(states))
-        assert [torch.equal(g, h) for g, h in zip(got, states)] == [True, True], i
+        assert [torch.equal(g, h) for g, h in zip(got, states, strict=True)] == [True, True], i
         assert len(pins.live) == 1 and next(iter(pins.live.values())) == int(pub.buf.numel())
     assert pub.grown == pins.registered == 4, "a smaller batch must reuse the buffer, a larger one grow it once"
     pub.close()

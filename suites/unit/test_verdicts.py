@@ -9,8 +9,7 @@ import pytest
 
 from harness import cli, contracts
 from harness.envs import tox_envs
-from harness.reporting import matrix
-from harness.reporting import report
+from harness.reporting import matrix, report
 from harness.support.paths import REPO_ROOT
 
 SHIMMED_ROW = {"contract": "sched", "outcome": "shimmed", "expected": "shimmed", "shim": "s", "reason": "r",
@@ -151,8 +150,8 @@ def test_committed_reports_hold_no_object_addresses():
 
 
 def test_attribution_names_whose_fault_a_broken_cell_is(monkeypatch):
-    from harness.reporting.attribution import AGREE, Verdict
     from harness.contracts.base import Attempt
+    from harness.reporting.attribution import AGREE, Verdict
 
     monkeypatch.delenv("VLLM_MLA_DISABLE", raising=False)
     wrong = Verdict(Attempt(True), 1.28)
@@ -191,8 +190,8 @@ def test_flop_model_counts_a_checkpoint_by_its_headers_as_the_layout_says(tmp_pa
     unpacked values, quantization scales count nothing, routed experts count top-k of n."""
     import json
 
-    from harness.subjects import models
     from harness.gpu import flops
+    from harness.subjects import models
 
     for name in ("tiny-llama", "tiny-kimi-k25"):
         m = models.build(name)

@@ -14,8 +14,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.vllm_source.facts import Finding
 from harness.support.paths import FIXTURES
+from harness.vllm_source.facts import Finding
 
 DEFAULT = FIXTURES / "gate" / "allowlist.toml"
 

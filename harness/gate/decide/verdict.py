@@ -46,11 +46,11 @@ import fnmatch
 from dataclasses import asdict, dataclass, field
 
 from harness.contracts import by_id
-from harness.gate.read import coverage
 from harness.gate.decide.allowlist import Entry, apply
-from harness.vllm_source.facts import RUNTIME, SURFACE, Finding
+from harness.gate.read import coverage
 from harness.gate.read.static import Comparison
 from harness.support.report_files import now
+from harness.vllm_source.facts import RUNTIME, SURFACE, Finding
 
 SCHEMA = "harness-gate/1"
 EXIT = {"SAFE": 0, "NEEDS-SHIM-AND-COVERED": 0, "NEEDS-NEW-SHIM": 1, "BROKEN": 1, "UNDECIDED": 2, "REVIEW": 3}

@@ -10,8 +10,8 @@ its contract's shims (C-layer's guard excepted: it has no shim).
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from harness import contracts
 from harness.contracts import layer

@@ -14,8 +14,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from harness.support.paths import REPO_ROOT, REPORTS
 from harness.reporting.report import read as read_report
+from harness.support.paths import REPO_ROOT, REPORTS
 
 #: Why `dynamic_check` has nothing to say; the gate prints it next to each contract it leaves open.
 NO_ENV = "no CPU env for this version"

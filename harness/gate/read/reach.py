@@ -106,9 +106,9 @@ def _signature(fn) -> tuple:
     a = fn.args
     pos = a.posonlyargs + a.args
     defaults = [False] * (len(pos) - len(a.defaults)) + [True] * len(a.defaults)
-    sig = [(p.arg, d, "p") for p, d in zip(pos, defaults)]
+    sig = [(p.arg, d, "p") for p, d in zip(pos, defaults, strict=True)]
     sig += [(a.vararg.arg, True, "*")] if a.vararg else []
-    sig += [(p.arg, d is not None, "k") for p, d in zip(a.kwonlyargs, a.kw_defaults)]
+    sig += [(p.arg, d is not None, "k") for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)]
     sig += [(a.kwarg.arg, True, "**")] if a.kwarg else []
     return tuple(sig)
 

@@ -17,11 +17,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.gate.read import coverage
-from harness.gate.read import contract_checks
+from harness.gate.read import contract_checks, coverage
+from harness.vllm_source.calls import Ref, call_facts  # noqa: F401 - Ref is part of this module's vocabulary
 from harness.vllm_source.facts import Fact, Finding
 from harness.vllm_source.tree import Tree, TreeError, analyse
-from harness.vllm_source.calls import Ref, call_facts  # noqa: F401 - Ref is part of this module's vocabulary
 from harness.vllm_source.used_surface import UsedSurface
 
 

@@ -362,8 +362,7 @@ def _top_names(text: str) -> set[str]:
 def baseline(root: str, fixture: str) -> tuple:
     """The release's facts, the files they were read from (relative) and the names searched across the tree."""
     from harness.gate.read import static
-    from harness.vllm_source import runners
-    from harness.vllm_source import tree
+    from harness.vllm_source import runners, tree
 
     if root not in _BASELINE:
         runners.read.cache_clear()
@@ -396,10 +395,8 @@ def judge(root: str, fixture: str, m: Mutant) -> Mutant:
     import datetime as _dt
 
     from harness import contracts
-    from harness.gate.decide import allowlist
-    from harness.gate.decide import verdict
-    from harness.gate.read import reach
-    from harness.gate.read import static
+    from harness.gate.decide import allowlist, verdict
+    from harness.gate.read import reach, static
 
     base_facts, read_files, names = baseline(root, fixture)
     with tempfile.TemporaryDirectory(prefix="harness-mutant-") as tmp:
@@ -422,8 +419,8 @@ def judge(root: str, fixture: str, m: Mutant) -> Mutant:
 
 def run(releases: list[str], per_operator: int, out_json: Path, out_md: Path, workers: int = 2,
         log=print) -> dict:
-    from harness.vllm_source import used_surface
     from harness.envs import sources
+    from harness.vllm_source import used_surface
 
     fixture = str(used_surface.fixture_path("0.3.0"))
     started = time.perf_counter()
@@ -438,7 +435,7 @@ def run(releases: list[str], per_operator: int, out_json: Path, out_md: Path, wo
     args = [(roots[m.release], fixture, m) for m in mutants]
     done: list[Mutant] = []
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        for i, m in enumerate(pool.map(judge, *zip(*args)), 1):
+        for i, m in enumerate(pool.map(judge, *zip(*args, strict=True)), 1):
             done.append(m)
             if i % 20 == 0 or i == len(args):
                 log(f"gate mutants: {i}/{len(args)} judged")

@@ -8,6 +8,7 @@ paths stop. Writes `reports/gate-release-pairs.{json,md}` (or `--json`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -29,9 +30,9 @@ def releases(first: str, last: str) -> list[str]:
     found = set()
     for a in sources.list_files():
         v = sources.file_version(a)
-        if v is not None and not (v.is_prerelease or v.is_devrelease or v.is_postrelease or v.local):
-            if Version(first) <= v <= Version(last):
-                found.add(v)
+        final = v is not None and not (v.is_prerelease or v.is_devrelease or v.is_postrelease or v.local)
+        if final and Version(first) <= v <= Version(last):
+            found.add(v)
     return [str(v) for v in sorted(found)]
 
 
@@ -48,7 +49,7 @@ def run(args) -> int:
         return 2
     rows = []
     with tempfile.TemporaryDirectory(prefix="harness-gate-pairs-") as tmp:
-        for old, new in zip(versions, versions[1:]):
+        for old, new in itertools.pairwise(versions):
             out = Path(tmp) / f"{old}-{new}.json"
             t0 = time.perf_counter()
             rc = subprocess.run([sys.executable, "-m", "harness", "gate", "--from", old, "--to", new, "--json", str(out)]
