@@ -60,19 +60,6 @@ def equal_bitwise(ref: list[dict], res: list[dict]) -> bool:
                for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True))
 
 
-def traced(call, rpc) -> dict:
-    """One call of `call` under the torch profiler in the workers `rpc` reaches (harness.gpu.trace)."""
-    from harness.gpu import trace as gpu_trace
-
-    rpc(gpu_trace.start)
-    t = time.perf_counter()
-    call()
-    wall = time.perf_counter() - t
-    summary = rpc(gpu_trace.stop)[0]
-    summary["call_s"] = wall
-    return summary
-
-
 def trace_line(name: str, summary: dict) -> str:
     busiest = max(summary["streams"].values(), key=lambda s: s["kernel_ms"], default=None)
     if busiest is None:
@@ -101,6 +88,7 @@ class Rounds:
 
 def measure_batch(gen, llm, model, fm, batch: tuple[int, int, int], args, seed: int) -> dict:
     from harness.gpu import flops as model_flops
+    from harness.gpu import trace as gpu_trace
     from harness.scenarios import bench
     from harness.subjects.prompts import random_prompts
 
@@ -136,13 +124,14 @@ def measure_batch(gen, llm, model, fm, batch: tuple[int, int, int], args, seed: 
     if args.trace:
         out["trace"] = {}
         try:  # plain vLLM's engine core takes a function as an RPC only with insecure serialization (set in main)
-            out["trace"]["plain"] = traced(plain, llm.collective_rpc)
+            out["trace"]["plain"] = gpu_trace.traced(plain, llm.collective_rpc)
         except Exception as exc:  # noqa: BLE001 - the rest of the shape's results stand without it
             out["trace_plain_error"] = f"{type(exc).__name__}: {exc}"[:500]
         for name in names[1:]:
             rounds.set(name)
             rounds.call()  # a call after the switch first: the traced one is not the first in its mode
-            out["trace"][name] = traced(rounds.call, lambda fn: gen.executor_view.collective_rpc("_harness_call", args=(fn,)))
+            out["trace"][name] = gpu_trace.traced(rounds.call, lambda fn: gen.executor_view.collective_rpc("_harness_call",
+                                                                                                            args=(fn,)))
         for name, summary in out["trace"].items():
             print(trace_line(name, summary))
     rounds.set("loop")

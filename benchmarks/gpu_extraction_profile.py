@@ -128,13 +128,10 @@ def gpu_profile(gen, prompts, mode: str, fast: bool = False) -> dict:
     view = gen.executor_view
     view.collective_rpc("_harness_set_transport", args=(mode,))
     gen.generate(prompts, fast=fast)  # the mode's first call after a switch is not the one traced
-    view.collective_rpc("_harness_call", args=(gpu_trace.start,))
-    t = time.perf_counter()
-    gen.generate(prompts, fast=fast)
-    wall = time.perf_counter() - t
-    summary = view.collective_rpc("_harness_call", args=(gpu_trace.stop,))[0]
+    summary = gpu_trace.traced(lambda: gen.generate(prompts, fast=fast),
+                               lambda fn: view.collective_rpc("_harness_call", args=(fn,)))
     view.collective_rpc("_harness_set_transport", args=("stream",))
-    summary["call_s"] = wall
+    wall = summary["call_s"]
     print(f"[gpu profile, hand-off {mode!r}{', fast path' if fast else ''}] call {wall * 1e3:.1f} ms (traced)")
     for sid, s in summary["streams"].items():
         print(f"    stream {sid}: {s['kernels']} kernels {s['kernel_ms']:.1f} ms, covered {s['covered_ms']:.1f} ms, "

@@ -8,7 +8,7 @@ The trace answers that per stream: kernel time and the span it covers, idle gaps
 bytes and whether the host side was pinned (the copy's name says so), and the CUDA runtime calls the host
 made (a long `cudaMemcpyAsync` is a copy that blocked).
 
-Used by `benchmarks/gpu_extraction_profile.py --gpu-profile` through the worker extension's `_harness_call`
+Used by `benchmarks/gpu_extraction_profile.py --gpu-profile` and `benchmarks/gpu_batch_shapes.py --trace` (`traced`) through the worker extension's `_harness_call`
 (`start` before one `generate`, `stop` after; only the summary crosses back, the trace stays in a temporary file
 that is removed).
 """
@@ -46,6 +46,21 @@ def stop(worker) -> dict:
             return summarise(json.load(f))
     finally:
         os.unlink(path)
+
+
+def traced(call, rpc) -> dict:
+    """One call of `call` with every worker `rpc` reaches recording (`rpc(fn)` runs `fn(worker)` in each: the
+    harness's `_harness_call`, or plain vLLM's `collective_rpc`); the first worker's summary, with the call's wall
+    time as `call_s`."""
+    import time
+
+    rpc(start)
+    t = time.perf_counter()
+    call()
+    wall = time.perf_counter() - t
+    summary = rpc(stop)[0]
+    summary["call_s"] = wall
+    return summary
 
 
 def _union(intervals: list) -> tuple[float, float]:
