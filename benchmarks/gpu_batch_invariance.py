@@ -1,7 +1,7 @@
 """Is a prompt's extraction independent of its batch? vLLM's batch-invariant mode against its default, on one GPU.
 
-    python benchmarks/gpu_batch_invariance.py --out r.json [--shape llama1b4] [--calls 60] [--modes off,on]
-        [--attention-backend TRITON_ATTN] [--max-model-len 3072] [--alone 3]
+    python benchmarks/gpu_batch_invariance.py --out r.json [--shape llama1b4] [--calls 60] [--modes off,on,on-eager]
+        [--attention-backend TRITON_ATTN] [--max-model-len 3072] [--alone 3] [--diagnose 2]
 
 Training data should not depend on what else was in the batch it was extracted with. vLLM ships a batch-invariant
 mode (`VLLM_BATCH_INVARIANT=1`, read by each worker at start: deterministic matmul/softmax/mean kernels, no split-K,
@@ -12,6 +12,12 @@ of 1 to max-model-len tokens, growing and shrinking. In each call, `--alone` of 
 extracted alone and compared with their rows in the batch, bit for bit. Recorded per mode: calls where every
 compared prompt was bitwise equal, the largest difference, and the median time of a call (the modes run one after
 the other, not paired: the cost is indicative). Results are written after every mode.
+
+A mode is `off`, `on`, or either with `-eager` (vLLM's enforce_eager: no torch.compile, no CUDA graphs). What each
+worker ran with is recorded (whether vLLM's batch-invariant switch is on there, the cuBLAS workspace settings, the
+compilation mode). For the first `--diagnose` calls of a mode where a prompt alone differed from its rows in the
+batch, harness.gpu.module_determinism.alone_vs_batch names the first module whose rows for that prompt changed on
+equal input rows: the module that made the states depend on the batch.
 """
 
 from __future__ import annotations
@@ -43,41 +49,74 @@ def call_plan(seed: int, calls: int, vocab: int, longest: int, max_prompts: int 
     return plan
 
 
+def worker_mode(worker) -> dict:
+    """(Runs on a worker.) What the worker runs with: vLLM's batch-invariant switch, cuBLAS's workspace settings,
+    the compilation mode and CUDA graph mode."""
+    import torch
+
+    out = {k: os.environ.get(k) for k in (MODE_ENV, "CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE")}
+    try:
+        from vllm.model_executor.layers import batch_invariant
+
+        out["vllm_is_batch_invariant"] = bool(batch_invariant.vllm_is_batch_invariant())
+    except (ImportError, AttributeError) as exc:
+        out["vllm_is_batch_invariant"] = f"unknown: {exc}"
+    cfg = getattr(worker, "vllm_config", None)
+    comp = getattr(cfg, "compilation_config", None)
+    out["compilation_mode"] = str(getattr(comp, "mode", getattr(comp, "level", None)))
+    out["cudagraph_mode"] = str(getattr(comp, "cudagraph_mode", None))
+    out["bf16_reduced_precision_reduction"] = str(torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction)
+    return out
+
+
 def run_mode(model, mode: str, plan, alone: int, args) -> dict:
     import torch
 
+    from harness.gpu import module_determinism
     from harness.runtime.generator import HarnessGenerator, Options
 
-    if mode == "on":
+    if mode.split("-")[0] == "on":
         os.environ[MODE_ENV] = "1"
     else:
         os.environ.pop(MODE_ENV, None)
     t0 = time.perf_counter()
-    out = {"mode": mode, "env": {MODE_ENV: os.environ.get(MODE_ENV)}, "calls": []}
+    out = {"mode": mode, "env": {MODE_ENV: os.environ.get(MODE_ENV)}, "enforce_eager": mode.endswith("-eager"),
+           "calls": []}
     try:
         gen = HarnessGenerator(model.path, None, max_model_len=args.max_model_len, gpu_memory_utilization=args.share,
-                               options=Options(dtype=args.dtype, attention_backend=args.attention_backend or None))
+                               options=Options(dtype=args.dtype, attention_backend=args.attention_backend or None,
+                                               enforce_eager=out["enforce_eager"]))
     except Exception as exc:  # a mode vLLM refuses for this model is a result: why, in vLLM's words
         out["start_error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
         print(mode, json.dumps({"start_error": out["start_error"]}), flush=True)
         return out
     out["start_s"] = round(time.perf_counter() - t0, 1)
+    out["worker"] = gen.real_executor.collective_rpc("_harness_call", args=(worker_mode,))[0]
+    print(mode, json.dumps({"worker": out["worker"]}), flush=True)
     rng = random.Random(args.seed + 1)
+    diagnosed = 0
     try:
         for batch in plan:
             t = time.perf_counter()
             got = gen.generate(batch)
             seconds = time.perf_counter() - t
             picks = rng.sample(range(len(batch)), min(alone, len(batch)))
-            equal, diff = True, 0.0
+            equal, diff, first_unequal = True, 0.0, None
             for i in picks:
                 solo = gen.generate([batch[i]])[0]
                 for a, b in zip(got[i]["hidden_states"], solo["hidden_states"], strict=True):
                     if not torch.equal(a, b):
-                        equal = False
+                        equal, first_unequal = False, i if first_unequal is None else first_unequal
                         diff = max(diff, float((a.float() - b.float()).abs().max()))
-            out["calls"].append({"prompts": len(batch), "tokens": sum(map(len, batch)), "seconds": seconds,
-                                 "compared": len(picks), "bitwise": equal, "max_abs_diff": diff})
+            got = solo = None
+            record = {"prompts": len(batch), "tokens": sum(map(len, batch)), "seconds": seconds,
+                      "compared": len(picks), "bitwise": equal, "max_abs_diff": diff}
+            if first_unequal is not None and diagnosed < args.diagnose:
+                diagnosed += 1
+                others = [p for j, p in enumerate(batch) if j != first_unequal]
+                record["diagnosis"] = module_determinism.alone_vs_batch(gen, batch[first_unequal], others)
+                print(mode, json.dumps({"diagnosis": record["diagnosis"]}), flush=True)
+            out["calls"].append(record)
     finally:
         gen.close()
     calls = out["calls"]
@@ -96,7 +135,8 @@ def main() -> int:
     p.add_argument("--shape", default="llama1b4", help="a shape of benchmarks/gpu_shapes.py or a fixture")
     p.add_argument("--calls", type=int, default=60)
     p.add_argument("--alone", type=int, default=3, help="prompts of each call also extracted alone and compared")
-    p.add_argument("--modes", default="off,on")
+    p.add_argument("--modes", default="off,on", help="comma-separated: off, on, off-eager, on-eager")
+    p.add_argument("--diagnose", type=int, default=0, help="calls per mode whose alone-vs-batch difference is traced")
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--max-model-len", type=int, default=3072)
     p.add_argument("--share", type=float, default=0.45)

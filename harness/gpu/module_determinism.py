@@ -7,7 +7,13 @@ experts): a digest of the call's tensor inputs and its output. Two runs of the s
 call: the first call whose inputs were equal but whose output was not is the module that broke determinism (every
 later difference may only be its consequence).
 
-    install(worker)   -> hooks on the model in that worker (through the generator's `_harness_call` RPC)
+The same comparison says why a prompt's states change with the rest of its batch: the prompt is run alone, then
+first in a batch (so its tokens are the forward's first rows in both runs), and only its rows are recorded
+(`rows`); the first module whose rows changed on equal input rows is the one that made the states depend on the
+batch.
+
+    install(worker, rows=None) -> hooks on the model in that worker (through the generator's `_harness_call` RPC);
+                        with `rows`, each tensor is cut to its first `rows` rows before it is digested
     collect(worker)   -> the calls recorded since install kept in the worker, hooks removed; how many
     compare(worker)   -> first_divergence of the last two recordings, computed there (no tensors cross the RPC)
     first_divergence(a, b) -> the culprit (pure; unit-tested on CPU)
@@ -62,10 +68,27 @@ def modules_to_watch(model) -> list[tuple[str, object]]:
     return found
 
 
-def record_into(calls: list, name: str, module):
-    """A forward hook that appends (name, class, input digest, output digest, output kept or None) to `calls`."""
+def first_rows(value, rows: int | None):
+    """`value` with every tensor of at least `rows` rows cut to its first `rows` (all of it where `rows` is None)."""
+    import torch
+
+    if rows is None:
+        return value
+    if isinstance(value, torch.Tensor):
+        return value[:rows] if value.dim() and value.shape[0] >= rows else value
+    if isinstance(value, (list, tuple)):
+        return [first_rows(v, rows) for v in value]
+    if isinstance(value, dict):
+        return {k: first_rows(v, rows) for k, v in value.items()}
+    return value
+
+
+def record_into(calls: list, name: str, module, rows: int | None = None):
+    """A forward hook that appends (name, class, input digest, output digest, output kept or None) to `calls`;
+    with `rows`, of the first `rows` rows of each tensor only."""
 
     def hook(mod, args, kwargs, output):
+        args, kwargs, output = first_rows(args, rows), first_rows(kwargs, rows), first_rows(output, rows)
         outs = _tensors(output)
         kept = [t.detach().float().cpu() for t in outs] if len(calls) < KEEP_TENSORS else None
         calls.append({"module": name, "class": type(mod).__name__, "inputs": digest((args, kwargs)),
@@ -74,13 +97,13 @@ def record_into(calls: list, name: str, module):
     return module.register_forward_hook(hook, with_kwargs=True)
 
 
-def install(worker) -> int:
-    """(Runs on a worker.) Hooks on its model's watched modules; returns how many."""
+def install(worker, rows: int | None = None) -> int:
+    """(Runs on a worker.) Hooks on its model's watched modules (recording the first `rows` rows); returns how many."""
     from harness.gpu.tier import loaded_model
 
     model = loaded_model(worker)
     calls: list = []
-    handles = [record_into(calls, name, module) for name, module in modules_to_watch(model)]
+    handles = [record_into(calls, name, module, rows) for name, module in modules_to_watch(model)]
     worker._harness_determinism = (calls, handles)
     return len(handles)
 
@@ -96,11 +119,12 @@ def collect(worker) -> int:
     return len(calls)
 
 
-def compare(worker) -> dict:
-    """(Runs on a worker.) `first_divergence` of its last two recordings; the recordings are dropped."""
+def compare(worker, calls: int | None = None) -> dict:
+    """(Runs on a worker.) `first_divergence` of its last two recordings (of their first `calls` calls); the
+    recordings are dropped."""
     first, second = getattr(worker, "_harness_recordings", ([], []))
     worker._harness_recordings = ([], [])
-    return first_divergence(first, second)
+    return first_divergence(first[:calls], second[:calls])
 
 
 def first_divergence(first: list[dict], second: list[dict]) -> dict:
@@ -108,20 +132,24 @@ def first_divergence(first: list[dict], second: list[dict]) -> dict:
     different outputs (None where every output matched or the runs made different calls), with how many calls
     were compared and how many differed."""
     out = {"calls": min(len(first), len(second)), "same_calls": [c["module"] for c in first] ==
-           [c["module"] for c in second], "differing": 0, "culprit": None}
+           [c["module"] for c in second], "differing": 0, "culprit": None, "first_inputs_equal":
+           bool(first and second and first[0]["inputs"] == second[0]["inputs"])}
     for a, b in zip(first, second, strict=False):
         if a["output"] == b["output"]:
             continue
         out["differing"] += 1
         if out["culprit"] is None and a["inputs"] == b["inputs"]:
-            diff = None
-            if a["kept"] is not None and b["kept"] is not None:
-                diff = max((float((x - y).abs().max()) for x, y in zip(a["kept"], b["kept"], strict=False) if x.shape == y.shape),
-                           default=None)
-            out["culprit"] = {"module": a["module"], "class": a["class"], "max_abs_diff": diff}
+            out["culprit"] = {"module": a["module"], "class": a["class"], "max_abs_diff": _kept_diff(a, b)}
     if out["culprit"] is None and out["differing"]:
         out["culprit_note"] = "outputs differ only where inputs already differed before the first recorded call"
     return out
+
+
+def _kept_diff(a: dict, b: dict) -> float | None:
+    if a["kept"] is None or b["kept"] is None:
+        return None
+    return max((float((x - y).abs().max()) for x, y in zip(a["kept"], b["kept"], strict=False) if x.shape == y.shape),
+               default=None)
 
 
 def diagnose(generator, prompts) -> dict:
@@ -135,4 +163,22 @@ def diagnose(generator, prompts) -> dict:
             view.collective_rpc("_harness_call", args=(collect,))
     result = view.collective_rpc("_harness_call", args=(compare,))[0]
     result["watched_modules"] = watched
+    return result
+
+
+def alone_vs_batch(generator, prompt: list[int], others: list[list[int]]) -> dict:
+    """Why `prompt`'s states change with its batch: it runs alone, then first in `prompt + others`, with only its
+    rows recorded in rank 0's model, and `first_divergence` of the two first forwards names the first module whose
+    rows changed on equal input rows. `first_inputs_equal` False means the prompt's rows were not the batch's first
+    (the comparison then names nothing)."""
+    view = generator.real_executor
+    rows = len(prompt)
+    for batch in ([prompt], [prompt, *others]):
+        watched = view.collective_rpc("_harness_call", args=(install, rows))[0]
+        try:
+            generator.generate(batch)
+        finally:
+            view.collective_rpc("_harness_call", args=(collect,))
+    result = view.collective_rpc("_harness_call", args=(compare, watched))[0]  # each watched module once: one forward
+    result.update(watched_modules=watched, prompt_tokens=rows, batch_prompts=1 + len(others))
     return result

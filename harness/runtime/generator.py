@@ -87,6 +87,9 @@ class Options:
     #: the target runs on, for a consumer that trains there: no host copy; with `fast=True`, since speculators' own
     #: loop copies each prompt's rows to the host itself; harness.runtime.device_hand_off).
     states_on: str = "host"
+    #: vLLM's enforce_eager: no torch.compile and no CUDA graphs (what batch-invariant extraction is measured with
+    #: besides vLLM's default; benchmarks/gpu_batch_invariance.py).
+    enforce_eager: bool = False
 
 
 def options_for(model, **overrides) -> Options:
@@ -138,6 +141,8 @@ def overrides(state: ShimState, options: Options = Options()) -> dict[str, Any]:
             kwargs["dtype"] = options.dtype
         if options.language_model_only:
             kwargs.update(text_only_kwargs(real_model_config))
+        if options.enforce_eager:
+            kwargs["enforce_eager"] = True
         return real_model_config(**kwargs)
 
     def SchedulerConfig(**kwargs):  # noqa: N802

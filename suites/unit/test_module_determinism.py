@@ -123,3 +123,42 @@ def test_the_probe_sees_layouts_that_differ_and_the_shim_makes_them_one():
     for block in range(len(shimmed[0]) // moeorder.BLOCK):
         part = slice(block * moeorder.BLOCK, (block + 1) * moeorder.BLOCK)
         assert sorted(shimmed[0][part].tolist()) == shimmed[0][part].tolist()
+
+
+class BatchMean(torch.nn.Module):
+    """A module whose output on a row depends on the other rows: what makes a prompt's states depend on its batch."""
+
+    def forward(self, x):
+        return x - 1e-3 * x.mean(0, keepdim=True)
+
+
+def _alone_then_first_in_batch(dependent_layer: int | None, others: int) -> dict:
+    torch.manual_seed(0)
+    layers = [Layer(16, False) for _ in range(3)]
+    if dependent_layer is not None:
+        layers[dependent_layer].mlp.shared_experts = BatchMean()
+    model = torch.nn.Sequential(*layers)
+    worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
+    prompt = torch.randn(4, 16)
+    for batch in (prompt, torch.cat([prompt, torch.randn(others, 16)])):
+        watched = md.install(worker, rows=len(prompt))
+        with torch.no_grad():
+            model(batch)
+        md.collect(worker)
+    return md.compare(worker, watched)
+
+
+def test_the_prompts_rows_name_the_module_that_depends_on_the_batch():
+    found = _alone_then_first_in_batch(2, others=3)
+    assert found["first_inputs_equal"] and found["culprit"]["module"] == "2.mlp.shared_experts"
+    assert found["culprit"]["class"] == "BatchMean" and found["culprit"]["max_abs_diff"] > 0
+    # a model whose rows are independent of each other: the prompt's rows are the same alone and in the batch
+    clean = _alone_then_first_in_batch(None, others=3)
+    assert clean["first_inputs_equal"] and clean["differing"] == 0 and clean["culprit"] is None
+
+
+def test_rows_cut_only_tensors_long_enough_and_keep_containers():
+    x, short = torch.arange(12).reshape(6, 2), torch.arange(2)
+    cut = md.first_rows({"a": (x, short), "b": 3}, 4)
+    assert torch.equal(cut["a"][0], x[:4]) and torch.equal(cut["a"][1], short) and cut["b"] == 3
+    assert md.first_rows(x, None) is x
