@@ -72,6 +72,14 @@ def short_path(filename: str) -> str:
     return filename[len(root):] if filename.startswith(root) else filename
 
 
+def raise_site(frame: traceback.FrameSummary) -> str:
+    """Where an exception was raised, as reports quote it: a third-party frame by file and line (fixed for the
+    installed release, and what a reader looks up), the harness's own by file and function (its lines move with
+    every edit, and a report must not change when the code only moved)."""
+    path = short_path(frame.filename)
+    return f"{path}:{frame.name}" if path.startswith("harness/") else f"{path}:{frame.lineno}"
+
+
 def resolve(dotted: str):
     """The object a dotted reference names (`harness.runtime.executor_view.ExecutorView.execute_model`); LookupError if
     no importable module in it holds the rest. Shim references are resolved with it (a unit test, the gate)."""
@@ -113,7 +121,7 @@ class Attempt:
             value = fn()
         except Exception as exc:  # noqa: BLE001 - the exception is the observation
             tb = traceback.extract_tb(exc.__traceback__)
-            where = f"{short_path(tb[-1].filename)}:{tb[-1].lineno}" if tb else ""
+            where = raise_site(tb[-1]) if tb else ""
             message = summarize(str(exc)) or repr(exc)
             return cls(False, type(exc).__name__, message, {"raised_at": where}, time.perf_counter() - t0), None
         return cls(True, seconds=time.perf_counter() - t0), value
