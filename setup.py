@@ -10,6 +10,9 @@ DATA = {"harness._fixtures": "fixtures", "harness.suites": "suites"}
 setup(
     packages=find_packages(include=["harness", "harness.*"]) + list(DATA),
     package_dir=DATA,
-    package_data={**{name: ["**/*.toml", "**/*.json", "**/*.txt", "**/*.py", "**/*.sh"] for name in DATA},
-                  "harness.reporting": ["templates/*.j2"], "harness.gpu": ["*.sh"]},
+    package_data={
+        **{name: ["**/*.toml", "**/*.json", "**/*.txt", "**/*.py", "**/*.sh"] for name in DATA},
+        "harness.reporting": ["templates/*.j2"],
+        "harness.gpu": ["*.sh"],
+    },
 )

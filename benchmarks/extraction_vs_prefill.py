@@ -6,6 +6,7 @@ Same as `python -m harness bench`: the shimmed speculators generator and LLM.gen
 on the same prompts and model, best of N each; prints tokens/s and the ratio, and writes
 reports/<env>.bench.json (which the matrix report shows).
 """
+
 import sys
 
 from harness.cli import main

@@ -43,8 +43,10 @@ def call_plan(seed: int, calls: int, vocab: int, longest: int, max_prompts: int 
     plan = []
     for _ in range(calls):
         count = rng.randint(1, max_prompts)
-        lengths = [rng.randint(1, longest) if rng.random() < 0.25 else rng.randint(1, max(1, longest // 8))
-                   for _ in range(count)]
+        lengths = [
+            rng.randint(1, longest) if rng.random() < 0.25 else rng.randint(1, max(1, longest // 8))
+            for _ in range(count)
+        ]
         plan.append([[rng.randrange(4, vocab) for _ in range(n)] for n in lengths])
     return plan
 
@@ -80,12 +82,22 @@ def run_mode(model, mode: str, plan, alone: int, args) -> dict:
     else:
         os.environ.pop(MODE_ENV, None)
     t0 = time.perf_counter()
-    out = {"mode": mode, "env": {MODE_ENV: os.environ.get(MODE_ENV)}, "enforce_eager": mode.endswith("-eager"),
-           "calls": []}
+    out = {
+        "mode": mode,
+        "env": {MODE_ENV: os.environ.get(MODE_ENV)},
+        "enforce_eager": mode.endswith("-eager"),
+        "calls": [],
+    }
     try:
-        gen = HarnessGenerator(model.path, None, max_model_len=args.max_model_len, gpu_memory_utilization=args.share,
-                               options=Options(dtype=args.dtype, attention_backend=args.attention_backend or None,
-                                               enforce_eager=out["enforce_eager"]))
+        gen = HarnessGenerator(
+            model.path,
+            None,
+            max_model_len=args.max_model_len,
+            gpu_memory_utilization=args.share,
+            options=Options(
+                dtype=args.dtype, attention_backend=args.attention_backend or None, enforce_eager=out["enforce_eager"]
+            ),
+        )
     except Exception as exc:  # a mode vLLM refuses for this model is a result: why, in vLLM's words
         out["start_error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
         print(mode, json.dumps({"start_error": out["start_error"]}), flush=True)
@@ -109,8 +121,14 @@ def run_mode(model, mode: str, plan, alone: int, args) -> dict:
                         equal, first_unequal = False, i if first_unequal is None else first_unequal
                         diff = max(diff, float((a.float() - b.float()).abs().max()))
             got = solo = None
-            record = {"prompts": len(batch), "tokens": sum(map(len, batch)), "seconds": seconds,
-                      "compared": len(picks), "bitwise": equal, "max_abs_diff": diff}
+            record = {
+                "prompts": len(batch),
+                "tokens": sum(map(len, batch)),
+                "seconds": seconds,
+                "compared": len(picks),
+                "bitwise": equal,
+                "max_abs_diff": diff,
+            }
             if first_unequal is not None and diagnosed < args.diagnose:
                 diagnosed += 1
                 others = [p for j, p in enumerate(batch) if j != first_unequal]
@@ -120,11 +138,13 @@ def run_mode(model, mode: str, plan, alone: int, args) -> dict:
     finally:
         gen.close()
     calls = out["calls"]
-    out["summary"] = {"calls": len(calls), "bitwise_calls": sum(c["bitwise"] for c in calls),
-                      "max_abs_diff": max((c["max_abs_diff"] for c in calls), default=0.0),
-                      "median_call_s": statistics.median(c["seconds"] for c in calls) if calls else None,
-                      "tokens_per_s": (sum(c["tokens"] for c in calls) / sum(c["seconds"] for c in calls))
-                      if calls else None}
+    out["summary"] = {
+        "calls": len(calls),
+        "bitwise_calls": sum(c["bitwise"] for c in calls),
+        "max_abs_diff": max((c["max_abs_diff"] for c in calls), default=0.0),
+        "median_call_s": statistics.median(c["seconds"] for c in calls) if calls else None,
+        "tokens_per_s": (sum(c["tokens"] for c in calls) / sum(c["seconds"] for c in calls)) if calls else None,
+    }
     print(mode, json.dumps(out["summary"]), flush=True)
     return out
 
@@ -154,8 +174,15 @@ def main() -> int:
     except SystemExit:  # not a benchmark shape: a committed fixture (tiny-llama, ...)
         model = models.build(args.shape)
     plan = call_plan(args.seed, args.calls, model.vocab_size, args.max_model_len - 1)
-    result = {"shape": args.shape, "attention_backend": args.attention_backend, "seed": args.seed,
-              "calls_planned": len(plan), "alone_per_call": args.alone, "versions": versions.snapshot(), "modes": {}}
+    result = {
+        "shape": args.shape,
+        "attention_backend": args.attention_backend,
+        "seed": args.seed,
+        "calls_planned": len(plan),
+        "alone_per_call": args.alone,
+        "versions": versions.snapshot(),
+        "modes": {},
+    }
     for mode in [m for m in args.modes.split(",") if m]:
         result["modes"][mode] = run_mode(model, mode, plan, args.alone, args)
         Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")

@@ -56,8 +56,11 @@ def equal_bitwise(ref: list[dict], res: list[dict]) -> bool:
     """Whether two calls' states are the same bits (compared on the host, wherever they came out)."""
     import torch
 
-    return all(torch.equal(a, b.to(a.device)) for r1, r2 in zip(ref, res, strict=True)
-               for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True))
+    return all(
+        torch.equal(a, b.to(a.device))
+        for r1, r2 in zip(ref, res, strict=True)
+        for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True)
+    )
 
 
 def trace_line(name: str, summary: dict) -> str:
@@ -65,8 +68,10 @@ def trace_line(name: str, summary: dict) -> str:
     if busiest is None:
         return f"    {name}: call {summary['call_s'] * 1e3:.1f} ms, no kernels traced"
     copies = sum(c["ms"] for s in summary["streams"].values() for c in s["copies"].values())
-    return (f"    {name}: call {summary['call_s'] * 1e3:.1f} ms; compute stream kernels {busiest['kernel_ms']:.1f} ms, "
-            f"idle {busiest['idle_ms']:.1f} ms; copies on all streams {copies:.1f} ms")
+    return (
+        f"    {name}: call {summary['call_s'] * 1e3:.1f} ms; compute stream kernels {busiest['kernel_ms']:.1f} ms, "
+        f"idle {busiest['idle_ms']:.1f} ms; copies on all streams {copies:.1f} ms"
+    )
 
 
 class Rounds:
@@ -96,8 +101,14 @@ def measure_batch(gen, llm, model, fm, batch: tuple[int, int, int], args, seed: 
     prompts = random_prompts(n, lo, hi, model.vocab_size, seed=seed)
     lengths = [min(len(p), args.max_model_len - 1) for p in prompts]
     tokens, flops = sum(lengths), model_flops.call_flops(fm, lengths)
-    out = {"batch": f"{n}x{lo}" + (f"-{hi}" if hi != lo else ""), "prompts": n, "tokens": tokens,
-           "longest": max(lengths), "flops_per_call": flops, "rounds": {}}
+    out = {
+        "batch": f"{n}x{lo}" + (f"-{hi}" if hi != lo else ""),
+        "prompts": n,
+        "tokens": tokens,
+        "longest": max(lengths),
+        "flops_per_call": flops,
+        "rounds": {},
+    }
     plain = bench.prefill_call(llm, prompts)
     rounds = Rounds(gen, prompts)
     names = [r for r in ROUNDS if r != "fast-device" or args.device_output]
@@ -110,9 +121,11 @@ def measure_batch(gen, llm, model, fm, batch: tuple[int, int, int], args, seed: 
         r["extract_mfu"] = flops / r["extract_s"]["median"] / model_flops.PEAK_FLOPS
         out["rounds"][name] = r
         ratio = r["ratio"]
-        print(f"[{out['batch']}] {name:12s} {ratio['median']:.3f}x plain prefill ({ratio['min']:.3f}-{ratio['max']:.3f}),"
-              f" plain {r['plain_s']['median'] * 1e3:.1f} ms, extraction {r['extract_s']['median'] * 1e3:.1f} ms",
-              flush=True)
+        print(
+            f"[{out['batch']}] {name:12s} {ratio['median']:.3f}x plain prefill ({ratio['min']:.3f}-{ratio['max']:.3f}),"
+            f" plain {r['plain_s']['median'] * 1e3:.1f} ms, extraction {r['extract_s']['median'] * 1e3:.1f} ms",
+            flush=True,
+        )
     rounds.set("loop")
     ref = rounds.call()
     rounds.kept = None
@@ -130,8 +143,9 @@ def measure_batch(gen, llm, model, fm, batch: tuple[int, int, int], args, seed: 
         for name in names[1:]:
             rounds.set(name)
             rounds.call()  # a call after the switch first: the traced one is not the first in its mode
-            out["trace"][name] = gpu_trace.traced(rounds.call, lambda fn: gen.executor_view.collective_rpc("_harness_call",
-                                                                                                            args=(fn,)))
+            out["trace"][name] = gpu_trace.traced(
+                rounds.call, lambda fn: gen.executor_view.collective_rpc("_harness_call", args=(fn,))
+            )
         for name, summary in out["trace"].items():
             print(trace_line(name, summary))
     rounds.set("loop")
@@ -150,12 +164,24 @@ def measure(args) -> dict:
     fixture = shape_fixture(args.shape)
     t0 = time.perf_counter()
     model = models.build(f"bench-{args.shape}", fixture=fixture)
-    out = {"shape": args.shape, "fixture": fixture, "flop_model": flop_model(fixture), "max_model_len": args.max_model_len,
-           "pairs": args.pairs, "checkpoint_build_s": time.perf_counter() - t0, "gpu": torch.cuda.get_device_name(0),
-           "batches": []}
+    out = {
+        "shape": args.shape,
+        "fixture": fixture,
+        "flop_model": flop_model(fixture),
+        "max_model_len": args.max_model_len,
+        "pairs": args.pairs,
+        "checkpoint_build_s": time.perf_counter() - t0,
+        "gpu": torch.cuda.get_device_name(0),
+        "batches": [],
+    }
     backend = {"attention_backend": args.attention_backend} if args.attention_backend else {}
-    gen = HarnessGenerator(model.path, None, max_model_len=args.max_model_len, gpu_memory_utilization=args.share,
-                           options=options_for(model, dtype="bfloat16", **backend))
+    gen = HarnessGenerator(
+        model.path,
+        None,
+        max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.share,
+        options=options_for(model, dtype="bfloat16", **backend),
+    )
     llm = None
     try:
         out["layer_ids"] = list(gen.layer_ids)
@@ -174,8 +200,11 @@ def measure(args) -> dict:
 
 def write(path: str, out: dict) -> None:
     out["environment"] = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
-    out["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-                                        "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    out["nvidia_smi"] = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     tmp = Path(path).with_suffix(".tmp")
     tmp.write_text(json.dumps(out, indent=2) + "\n")
     tmp.replace(path)
@@ -190,7 +219,9 @@ def main() -> int:
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--share", type=float, default=0.4, help="gpu_memory_utilization of each engine")
     p.add_argument("--attention-backend", default=None)
-    p.add_argument("--trace", action="store_true", help="one traced call of plain prefill and of each fast round per shape")
+    p.add_argument(
+        "--trace", action="store_true", help="one traced call of plain prefill and of each fast round per shape"
+    )
     p.add_argument("--device-output", action="store_true", help="a round of the fast path with the states on the GPU")
     args = p.parse_args()
     try:  # a bad batch is one line before any engine starts

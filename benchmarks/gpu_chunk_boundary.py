@@ -36,8 +36,9 @@ def main() -> int:
     ap.add_argument("--max-model-len", type=int, default=2048)
     args = ap.parse_args()
     opts = Options(dtype=args.dtype, attention_backend=args.attention_backend, language_model_only=True)
-    with HarnessGenerator(args.model_path, None, max_model_len=args.max_model_len, gpu_memory_utilization=0.3,
-                          options=opts) as gen:
+    with HarnessGenerator(
+        args.model_path, None, max_model_len=args.max_model_len, gpu_memory_utilization=0.3, options=opts
+    ) as gen:
         prompts = random_prompts(args.prompts, args.tokens, args.tokens, gen.vocab_size, seed=7)
         batch = gen.generate(prompts)
         segments = gen.real_executor.collective_rpc("_harness_call", args=(_segments,))[0]
@@ -57,11 +58,14 @@ def main() -> int:
             d_ref_b = (b.float().cpu() - r.float().cpu()).abs().amax(dim=-1)
             d_ref_a = (a.float().cpu() - r.float().cpu()).abs().amax(dim=-1)
             first = lambda d, tol=tol: int(torch.nonzero(d > tol)[0]) if bool((d > tol).any()) else None  # noqa: E731
-            rows[str(layers[k])] = {"tol": float(tol), "first_row_batch_vs_alone": first(d_alone),
-                                    "max_batch_vs_alone": float(d_alone.max()),
-                                    "first_row_batch_vs_transformers": first(d_ref_b),
-                                    "max_batch_vs_transformers": float(d_ref_b.max()),
-                                    "max_alone_vs_transformers": float(d_ref_a.max())}
+            rows[str(layers[k])] = {
+                "tol": float(tol),
+                "first_row_batch_vs_alone": first(d_alone),
+                "max_batch_vs_alone": float(d_alone.max()),
+                "first_row_batch_vs_transformers": first(d_ref_b),
+                "max_batch_vs_transformers": float(d_ref_b.max()),
+                "max_alone_vs_transformers": float(d_ref_a.max()),
+            }
         out["prompts"].append(rows)
     print(json.dumps(out, indent=1))
     return 0

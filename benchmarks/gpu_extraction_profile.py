@@ -86,6 +86,7 @@ class PhaseTimer:
             label = name(args) if callable(name) else (name or attr)
             with self.phase(label):
                 return inner(*args, **kwargs)
+
         setattr(obj, attr, call)
 
 
@@ -101,7 +102,11 @@ def fast_bitwise(gen, prompts) -> bool:
 
     ref = gen.generate(prompts)
     res = gen.generate(prompts, fast=True)
-    return all(torch.equal(a, b) for r1, r2 in zip(ref, res, strict=True) for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True))
+    return all(
+        torch.equal(a, b)
+        for r1, r2 in zip(ref, res, strict=True)
+        for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True)
+    )
 
 
 def bitwise(gen, prompts, modes: list[str]) -> dict:
@@ -114,7 +119,11 @@ def bitwise(gen, prompts, modes: list[str]) -> dict:
     for mode in modes:
         gen.executor_view.collective_rpc("_harness_set_transport", args=(mode,))
         res = gen.generate(prompts)
-        out[mode] = all(torch.equal(a, b) for r1, r2 in zip(ref, res, strict=True) for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True))
+        out[mode] = all(
+            torch.equal(a, b)
+            for r1, r2 in zip(ref, res, strict=True)
+            for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True)
+        )
         del res
     gen.executor_view.collective_rpc("_harness_set_transport", args=("stream",))
     return out
@@ -128,15 +137,20 @@ def gpu_profile(gen, prompts, mode: str, fast: bool = False) -> dict:
     view = gen.executor_view
     view.collective_rpc("_harness_set_transport", args=(mode,))
     gen.generate(prompts, fast=fast)  # the mode's first call after a switch is not the one traced
-    summary = gpu_trace.traced(lambda: gen.generate(prompts, fast=fast),
-                               lambda fn: view.collective_rpc("_harness_call", args=(fn,)))
+    summary = gpu_trace.traced(
+        lambda: gen.generate(prompts, fast=fast), lambda fn: view.collective_rpc("_harness_call", args=(fn,))
+    )
     view.collective_rpc("_harness_set_transport", args=("stream",))
     wall = summary["call_s"]
     print(f"[gpu profile, hand-off {mode!r}{', fast path' if fast else ''}] call {wall * 1e3:.1f} ms (traced)")
     for sid, s in summary["streams"].items():
-        print(f"    stream {sid}: {s['kernels']} kernels {s['kernel_ms']:.1f} ms, covered {s['covered_ms']:.1f} ms, "
-              f"span {s['span_ms']:.1f} ms, idle {s['idle_ms']:.1f} ms; copies "
-              + ", ".join(f"{n} x{c['count']} {c['ms']:.1f} ms {c['bytes'] / 2**20:.0f} MiB" for n, c in s["copies"].items()))
+        print(
+            f"    stream {sid}: {s['kernels']} kernels {s['kernel_ms']:.1f} ms, covered {s['covered_ms']:.1f} ms, "
+            f"span {s['span_ms']:.1f} ms, idle {s['idle_ms']:.1f} ms; copies "
+            + ", ".join(
+                f"{n} x{c['count']} {c['ms']:.1f} ms {c['bytes'] / 2**20:.0f} MiB" for n, c in s["copies"].items()
+            )
+        )
     for name, r in list(summary["runtime"].items())[:8]:
         print(f"    {name:40s} x{r['count']:6d} {r['ms']:9.1f} ms (longest {r['max_ms']:.2f} ms)")
     return summary
@@ -158,10 +172,20 @@ def measure(args) -> dict:
     lengths = [min(len(p), args.max_model_len - 1) for p in prompts]
     tokens = sum(lengths)
     flops = model_flops.call_flops(fm, lengths)
-    out = {"shape": args.shape, "fixture": fixture, "flop_model": fm, "prompts": len(prompts),
-           "prompt_tokens": [args.min_tokens, args.max_tokens], "tokens": tokens, "flops_per_call": flops,
-           "peak_flops": model_flops.PEAK_FLOPS, "checkpoint_build_s": built_s, "shm_free_bytes": shm_free(),
-           "gpu": torch.cuda.get_device_name(0), "max_model_len": args.max_model_len}
+    out = {
+        "shape": args.shape,
+        "fixture": fixture,
+        "flop_model": fm,
+        "prompts": len(prompts),
+        "prompt_tokens": [args.min_tokens, args.max_tokens],
+        "tokens": tokens,
+        "flops_per_call": flops,
+        "peak_flops": model_flops.PEAK_FLOPS,
+        "checkpoint_build_s": built_s,
+        "shm_free_bytes": shm_free(),
+        "gpu": torch.cuda.get_device_name(0),
+        "max_model_len": args.max_model_len,
+    }
     backend = args.attention_backend
     if args.native_only:  # plain prefill and vLLM's native export only (ours measured at this shape before)
         t0 = time.perf_counter()
@@ -171,8 +195,9 @@ def measure(args) -> dict:
             text = fixture["hf_config"].get("text_config", fixture["hf_config"])
             ids = args.layer_ids or speculators_default_ids(fm["layers"])
             estimate = tokens * len(ids) * int(text["hidden_size"]) * 4  # float32 at most: where the files can go
-            out["native"] = measure_native(model, bench.prefill_call(llm, prompts), prompts, ids, estimate, args,
-                                           tokens, flops)
+            out["native"] = measure_native(
+                model, bench.prefill_call(llm, prompts), prompts, ids, estimate, args, tokens, flops
+            )
         finally:
             bench.shutdown(llm)
         return out
@@ -220,8 +245,10 @@ def measure(args) -> dict:
             r["extract_mfu"] = flops / r["extract_s"]["median"] / model_flops.PEAK_FLOPS
             r["verdict"] = bench.verdict(r["ratio"])
             r["hand_offs"] = gen.executor_view.collective_rpc("_harness_set_transport", args=(transport_mode,))[0]
-            print(f"[{label}] {r['verdict']}; plain {r['plain_tokens_per_s']:.0f} tok/s (MFU "
-                  f"{r['plain_mfu']:.1%}), extraction {r['extract_tokens_per_s']:.0f} tok/s (MFU {r['extract_mfu']:.1%})")
+            print(
+                f"[{label}] {r['verdict']}; plain {r['plain_tokens_per_s']:.0f} tok/s (MFU "
+                f"{r['plain_mfu']:.1%}), extraction {r['extract_tokens_per_s']:.0f} tok/s (MFU {r['extract_mfu']:.1%})"
+            )
             for k, v in r["phases_median_s"].items():
                 print(f"    {k:45s} {v * 1e3:9.1f} ms")
             return r
@@ -230,6 +257,7 @@ def measure(args) -> dict:
             gen.copy_out = transport.CopyOut(enabled=False)
             out["before"] = one_round("before: copy-out on vLLM's 1 thread, fresh pages")
             gen.copy_out = transport.CopyOut(workers=1)
+
         def fast_round() -> None:
             fast["on"] = True
             ahead = gen.steps_ahead
@@ -297,24 +325,42 @@ def main() -> int:
     p.add_argument("--share", type=float, default=0.35, help="gpu_memory_utilization of each engine")
     p.add_argument("--attention-backend", default=None)
     p.add_argument("--cprofile", action="store_true")
-    p.add_argument("--copy-threads", type=lambda v: [int(x) for x in v.split(",")], default=[],
-                   help="extra rounds with speculators' copy-out on k torch threads, e.g. 2,4,8")
+    p.add_argument(
+        "--copy-threads",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=[],
+        help="extra rounds with speculators' copy-out on k torch threads, e.g. 2,4,8",
+    )
     p.add_argument("--before", action="store_true", help="first time the unoptimised copy-out (CopyOut off)")
-    p.add_argument("--transports", type=lambda v: [x for x in v.split(",") if x], default=[],
-                   help="after the shipped round, one round with each earlier hand-off (shm, rpc) and a bitwise check")
+    p.add_argument(
+        "--transports",
+        type=lambda v: [x for x in v.split(",") if x],
+        default=[],
+        help="after the shipped round, one round with each earlier hand-off (shm, rpc) and a bitwise check",
+    )
     p.add_argument("--fast", action="store_true", help="a round of the fast path (generate(fast=True)) + bitwise check")
     p.add_argument("--fast-first", action="store_true", help="with --fast: its round before speculators' loop's")
-    p.add_argument("--gpu-profile", action="store_true",
-                   help="one traced call per hand-off (shipped and --transports): the worker's GPU time by stream")
+    p.add_argument(
+        "--gpu-profile",
+        action="store_true",
+        help="one traced call per hand-off (shipped and --transports): the worker's GPU time by stream",
+    )
     p.add_argument("--native", action="store_true", help="then time vLLM's native export against plain prefill")
     p.add_argument("--native-only", action="store_true", help="plain prefill and the native export only (no ours)")
-    p.add_argument("--layer-ids", type=lambda v: [int(x) for x in v.split(",")], default=None,
-                   help="with --native-only: speculators' layer ids to export (default: speculators' own choice)")
+    p.add_argument(
+        "--layer-ids",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=None,
+        help="with --native-only: speculators' layer ids to export (default: speculators' own choice)",
+    )
     args = p.parse_args()
     out = measure(args)
     out["environment"] = {k: v for k, v in os.environ.items() if k in RECORDED_ENV or k.startswith("VLLM_")}
-    out["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-                                        "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    out["nvidia_smi"] = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     return 0
 

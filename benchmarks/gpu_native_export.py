@@ -29,8 +29,15 @@ from harness.gpu import flops as model_flops  # noqa: E402
 def start_native(model, layer_ids: list[int], max_model_len: int, share: float, backend: str | None, storage):
     from harness.native.engine import NativeExporter
 
-    return NativeExporter(model, layer_ids, max_model_len=max_model_len, attention_backend=backend,
-                          gpu_memory_utilization=share, storage_dir=storage, dtype="bfloat16")
+    return NativeExporter(
+        model,
+        layer_ids,
+        max_model_len=max_model_len,
+        attention_backend=backend,
+        gpu_memory_utilization=share,
+        storage_dir=storage,
+        dtype="bfloat16",
+    )
 
 
 def native_call(exporter, prompts):
@@ -52,6 +59,7 @@ def native_call(exporter, prompts):
             with writer_released(path):
                 pass
             os.remove(path)
+
     return call
 
 
@@ -78,8 +86,12 @@ def measure_native(model, plain, prompts, layer_ids, captured_bytes: int, args, 
             r = bench.paired(plain, native_call(exporter, prompts), pairs=args.pairs)
         except Exception as exc:  # noqa: BLE001 - the path not running at this shape is the finding
             print(f"[native export] does not run: {exc}")
-            return {"runs": False, "error": strip_machine_paths(str(exc))[:1500], "native_ids": exporter.native_ids,
-                    "native_start_s": start_s}
+            return {
+                "runs": False,
+                "error": strip_machine_paths(str(exc))[:1500],
+                "native_ids": exporter.native_ids,
+                "native_start_s": start_s,
+            }
         r["native_start_s"] = start_s
         r["plain_tokens_per_s"] = tokens / r["plain_s"]["median"]
         r["native_tokens_per_s"] = tokens / r["extract_s"]["median"]
@@ -88,8 +100,10 @@ def measure_native(model, plain, prompts, layer_ids, captured_bytes: int, args, 
         r["verdict"] = bench.verdict(r["ratio"])
         r["storage"] = "/dev/shm (tmpfs)" if str(storage).startswith("/dev/shm") else "temp folder (disk)"
         r["native_ids"] = exporter.native_ids
-        print(f"[native export] {r['verdict']}; plain {r['plain_tokens_per_s']:.0f} tok/s, native "
-              f"{r['native_tokens_per_s']:.0f} tok/s (MFU {r['native_mfu']:.1%}), files on {r['storage']}")
+        print(
+            f"[native export] {r['verdict']}; plain {r['plain_tokens_per_s']:.0f} tok/s, native "
+            f"{r['native_tokens_per_s']:.0f} tok/s (MFU {r['native_mfu']:.1%}), files on {r['storage']}"
+        )
         return r
     finally:
         exporter.close()

@@ -29,28 +29,70 @@ from harness.gpu import flops as model_flops  # noqa: E402 - after the path set-
 KIMI_LAYERS = 8
 KIMI_EXPERTS = 32
 
-LLAMA_1B4 = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000,
-             "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 16,
-             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu",
-             "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
-             "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
-             "torch_dtype": "bfloat16"}
-LLAMA_8B = {**LLAMA_1B4, "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
-            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-            "max_position_embeddings": 8192, "rope_theta": 500000.0}
-KIMI_TEXT = {"vocab_size": 163840, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
-             "num_hidden_layers": KIMI_LAYERS, "first_k_dense_replace": 1, "num_attention_heads": 64,
-             "num_key_value_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-             "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": KIMI_EXPERTS, "n_shared_experts": 1,
-             "num_experts_per_tok": 8, "n_group": 1, "topk_group": 1, "torch_dtype": "bfloat16"}
+LLAMA_1B4 = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 32000,
+    "hidden_size": 2048,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+    "torch_dtype": "bfloat16",
+}
+LLAMA_8B = {
+    **LLAMA_1B4,
+    "vocab_size": 128256,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
+}
+KIMI_TEXT = {
+    "vocab_size": 163840,
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "num_hidden_layers": KIMI_LAYERS,
+    "first_k_dense_replace": 1,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 64,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "n_routed_experts": KIMI_EXPERTS,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "n_group": 1,
+    "topk_group": 1,
+    "torch_dtype": "bfloat16",
+}
 
 
 def shape_fixture(name: str) -> dict:
     """The fixture (as in fixtures/models/) of a benchmark shape: seeded, stored in bf16."""
     if name in ("llama1b4", "llama8b"):
         cfg = LLAMA_1B4 if name == "llama1b4" else LLAMA_8B
-        return {"description": f"benchmark shape {name}", "seed": 20261202,
-                "store_dtype": "bfloat16", "hf_config": copy.deepcopy(cfg)}
+        return {
+            "description": f"benchmark shape {name}",
+            "seed": 20261202,
+            "store_dtype": "bfloat16",
+            "hf_config": copy.deepcopy(cfg),
+        }
     if name == "kimi-wide":
         from harness.subjects import models
 
@@ -67,7 +109,9 @@ def flop_model(fixture: dict) -> dict:
     """Parameters by role (from the harness's weight layout of the shape) and the attention dimensions."""
     from harness.subjects import models
 
-    return model_flops.flop_model(fixture["hf_config"], [(n, tuple(shape), "BF16") for n, shape, _ in models.weight_layout(fixture)])
+    return model_flops.flop_model(
+        fixture["hf_config"], [(n, tuple(shape), "BF16") for n, shape, _ in models.weight_layout(fixture)]
+    )
 
 
 def start_ours(model, max_model_len: int, share: float, backend: str | None):
@@ -80,6 +124,11 @@ def start_ours(model, max_model_len: int, share: float, backend: str | None):
 def start_plain(model, max_model_len: int, share: float, backend: str | None):
     from harness.scenarios import bench
 
-    return bench.plain_engine(model.path, "bfloat16", max_model_len, gpu_memory_utilization=share,
-                              language_model_only=bool((model.run_options or {}).get("language_model_only")),
-                              attention_backend=backend)
+    return bench.plain_engine(
+        model.path,
+        "bfloat16",
+        max_model_len,
+        gpu_memory_utilization=share,
+        language_model_only=bool((model.run_options or {}).get("language_model_only")),
+        attention_backend=backend,
+    )

@@ -30,10 +30,12 @@ def svg(report: dict) -> str:
         ratio = min(max(ratio, LOW), HIGH)
         return TOP + plot_h * (HIGH - ratio) / (HIGH - LOW)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-family="sans-serif" '
-           f'font-size="12">',
-           f'<text x="{LEFT}" y="18" font-size="13">Extraction ÷ plain prefill by batch shape: {report["shape"]}, '
-           f'{report["gpu"]}, {report["pairs"]} pairs a round (median, min–max)</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-family="sans-serif" '
+        f'font-size="12">',
+        f'<text x="{LEFT}" y="18" font-size="13">Extraction ÷ plain prefill by batch shape: {report["shape"]}, '
+        f"{report['gpu']}, {report['pairs']} pairs a round (median, min–max)</text>",
+    ]
     for tick in (0.6, 0.8, 0.9, 0.95, 1.0, 1.2, 1.4):
         dash = ' stroke-dasharray="4 3"' if tick in (0.95, 1.0) else ""
         out.append(f'<line x1="{LEFT}" x2="{WIDTH - 20}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#ccc"{dash}/>')
@@ -46,14 +48,22 @@ def svg(report: dict) -> str:
                 continue
             ratio = r["ratio"]
             x = x0 + j * bar
-            out.append(f'<rect x="{x:.1f}" y="{y(ratio["median"]):.1f}" width="{bar * 0.9:.1f}" '
-                       f'height="{y(LOW) - y(ratio["median"]):.1f}" fill="{COLOURS[name]}"/>')
+            out.append(
+                f'<rect x="{x:.1f}" y="{y(ratio["median"]):.1f}" width="{bar * 0.9:.1f}" '
+                f'height="{y(LOW) - y(ratio["median"]):.1f}" fill="{COLOURS[name]}"/>'
+            )
             mid = x + bar * 0.45
-            out.append(f'<line x1="{mid:.1f}" x2="{mid:.1f}" y1="{y(ratio["min"]):.1f}" y2="{y(ratio["max"]):.1f}" '
-                       f'stroke="#222"/>')
-        out.append(f'<text x="{x0 + group * 0.4:.1f}" y="{HEIGHT - BOTTOM + 18}" text-anchor="middle">{b["batch"]}</text>')
-        out.append(f'<text x="{x0 + group * 0.4:.1f}" y="{HEIGHT - BOTTOM + 32}" text-anchor="middle" fill="#666">'
-                   f'{b["tokens"]:,} tokens</text>')
+            out.append(
+                f'<line x1="{mid:.1f}" x2="{mid:.1f}" y1="{y(ratio["min"]):.1f}" y2="{y(ratio["max"]):.1f}" '
+                f'stroke="#222"/>'
+            )
+        out.append(
+            f'<text x="{x0 + group * 0.4:.1f}" y="{HEIGHT - BOTTOM + 18}" text-anchor="middle">{b["batch"]}</text>'
+        )
+        out.append(
+            f'<text x="{x0 + group * 0.4:.1f}" y="{HEIGHT - BOTTOM + 32}" text-anchor="middle" fill="#666">'
+            f"{b['tokens']:,} tokens</text>"
+        )
     for k, name in enumerate(rounds):
         lx = LEFT + k * 220
         out.append(f'<rect x="{lx}" y="{HEIGHT - 16}" width="12" height="12" fill="{COLOURS[name]}"/>')

@@ -24,8 +24,10 @@ CPU_SUITES = SUITES["cpu"]
 #: The matrix's quick run: every contract probe, the end-to-end checks, the native-export cross-check and the
 #: client axis; no shim proofs, no bad input.
 QUICK_SUITES = ("suites/contracts/test_contracts.py", "suites/e2e", "suites/native", "suites/clients")
-NO_SUITES = ("no suites beside this harness (a wheel built without them?): reinstall speculators-vllm-harness, or run "
-             "from a checkout (git clone; tox -e vllm016)")
+NO_SUITES = (
+    "no suites beside this harness (a wheel built without them?): reinstall speculators-vllm-harness, or run "
+    "from a checkout (git clone; tox -e vllm016)"
+)
 
 
 def suite_args(paths) -> list[str] | None:
@@ -89,9 +91,11 @@ def cmd_run(args) -> int:
         # observed run's own tests start strict runs of the CLI).
         os.environ["HARNESS_OBSERVE"] = "1" if observing else "0"
         if observing:
-            print(f"harness: no expectations for vLLM {versions.vllm_version()} ({versions.device_type()}): observing "
-                  "it (status `observed`, never pass); a draft expectations file is written beside the report",
-                  file=sys.stderr)
+            print(
+                f"harness: no expectations for vLLM {versions.vllm_version()} ({versions.device_type()}): observing "
+                "it (status `observed`, never pass); a draft expectations file is written beside the report",
+                file=sys.stderr,
+            )
         rc = cmd_expectations(argparse.Namespace()) if not (args.skip_expectation_check or observe_only()) else 0
         if rc:
             return rc
@@ -166,25 +170,46 @@ def cmd_gpu_nightly(args) -> int:
     argv = suite_args(["suites/gpu"])
     if argv is None:
         return _fail(NO_SUITES)
-    argv += ["-m", "gpu", "-p", "no:cacheprovider", "--harness-env", args.env,
-            "--model-path", args.model_path, "--tp", str(args.tp), "--dtype", args.dtype,
-            "--gpu-report-dir", args.report_dir]
-    for flag, value in (("--layer-ids", args.layer_ids), ("--attention-backend", args.attention_backend),
-                        ("--prompts", args.prompts), ("--gpu-memory-utilization", args.gpu_memory_utilization),
-                        ("--throughput-pairs", args.throughput_pairs)):
+    argv += [
+        "-m",
+        "gpu",
+        "-p",
+        "no:cacheprovider",
+        "--harness-env",
+        args.env,
+        "--model-path",
+        args.model_path,
+        "--tp",
+        str(args.tp),
+        "--dtype",
+        args.dtype,
+        "--gpu-report-dir",
+        args.report_dir,
+    ]
+    for flag, value in (
+        ("--layer-ids", args.layer_ids),
+        ("--attention-backend", args.attention_backend),
+        ("--prompts", args.prompts),
+        ("--gpu-memory-utilization", args.gpu_memory_utilization),
+        ("--throughput-pairs", args.throughput_pairs),
+    ):
         if value is not None:
             argv += [flag, str(value)]
     rc = int(pytest.main(argv + list(args.pytest_args)))
     name = gpu_tier.report_name(Path(args.model_path).name, args.tp, args.dtype)
-    written = sorted(Path(args.report_dir).glob(f"{gpu_tier.today()}-{name}-vllm*.json"), key=lambda p: p.stat().st_mtime)
+    written = sorted(
+        Path(args.report_dir).glob(f"{gpu_tier.today()}-{name}-vllm*.json"), key=lambda p: p.stat().st_mtime
+    )
     report = written[-1] if written else Path(args.report_dir) / f"{gpu_tier.today()}-{name}-vllm<version>.json"
     if report.is_file():
         drift = json.loads(report.read_text())["drift"]
         if drift.get("outcome") == gpu_tier.NO_BASELINE:
             print(f"harness: {report}: NO BASELINE: {drift['changes'][0]}; this report is the baseline from now on")
         else:
-            print(f"harness: {report}: drift vs {drift['compared_with']}: "
-                  + ("DRIFT: " + "; ".join(drift["changes"]) if drift["drifted"] else "none (bitwise equal)"))
+            print(
+                f"harness: {report}: drift vs {drift['compared_with']}: "
+                + ("DRIFT: " + "; ".join(drift["changes"]) if drift["drifted"] else "none (bitwise equal)")
+            )
         if drift["drifted"] and rc == 0:
             rc = 1
     elif rc == 0:
@@ -205,8 +230,11 @@ def cmd_matrix(args) -> int:
         client_axis.rewrite_readme(REPO_ROOT / "README.md", m)
     bad = [c["version"] for c in m["columns"] if c["status"] == "fail"]
     partial = [c["version"] for c in m["columns"] if c["status"] == "incomplete"]
-    print(f"harness: matrix of {len(m['rows'])} rows x {len(m['columns'])} versions written to {args.report_dir}"
-          + (f"; failing: {', '.join(bad)}" if bad else "") + (f"; incomplete: {', '.join(partial)}" if partial else ""))
+    print(
+        f"harness: matrix of {len(m['rows'])} rows x {len(m['columns'])} versions written to {args.report_dir}"
+        + (f"; failing: {', '.join(bad)}" if bad else "")
+        + (f"; incomplete: {', '.join(partial)}" if partial else "")
+    )
     return 1 if bad else INCOMPLETE if partial else 0
 
 
@@ -215,9 +243,11 @@ def cmd_bench(args) -> int:
 
     result = bench.run(args.model, pairs=args.pairs)
     path = bench.write(args.env, result, Path(args.report_dir))
-    print(f"harness bench: {result['model']}, {result['tokens']} tokens: {result['verdict']}; extraction "
-          f"{result['extract_tokens_per_s']:.0f} tok/s, prefill {result['prefill_tokens_per_s']:.0f} tok/s (medians) "
-          f"-> {path}")
+    print(
+        f"harness bench: {result['model']}, {result['tokens']} tokens: {result['verdict']}; extraction "
+        f"{result['extract_tokens_per_s']:.0f} tok/s, prefill {result['prefill_tokens_per_s']:.0f} tok/s (medians) "
+        f"-> {path}"
+    )
     return 0
 
 
@@ -292,21 +322,34 @@ def cmd_surface(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0], epilog=EXIT_CODES,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m harness",
+        description=__doc__.splitlines()[0],
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"%(prog)s {harness_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="the conformance run for the installed vLLM (writes reports/<env>.json/.md)")
-    r.add_argument("--env", default=os.environ.get("HARNESS_ENV", "local"),
-                   help="the report's name: reports/<env>.json/.md (default $HARNESS_ENV, else local)")
+    r.add_argument(
+        "--env",
+        default=os.environ.get("HARNESS_ENV", "local"),
+        help="the report's name: reports/<env>.json/.md (default $HARNESS_ENV, else local)",
+    )
     r.add_argument("--suite", dest="suites", action="append", help="suite folder(s); default: the CPU suites")
     r.add_argument("--quick", action="store_true", help="contract probes and e2e only (the matrix's run)")
-    r.add_argument("--jobs", default=os.environ.get("HARNESS_JOBS", "1"),
-                   help="pytest-xdist workers: a number, or auto (a worker per 2 cores, bounded by available memory; "
-                        "harness.support.parallel). Default 1: on 2 cores two workers were slower")
+    r.add_argument(
+        "--jobs",
+        default=os.environ.get("HARNESS_JOBS", "1"),
+        help="pytest-xdist workers: a number, or auto (a worker per 2 cores, bounded by available memory; "
+        "harness.support.parallel). Default 1: on 2 cores two workers were slower",
+    )
     r.add_argument("--skip-expectation-check", action="store_true", help=argparse.SUPPRESS)
-    r.add_argument("--strict", action="store_true",
-                   help="refuse a vLLM without an expectations file (exit 2) instead of observing it")
+    r.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a vLLM without an expectations file (exit 2) instead of observing it",
+    )
     r.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     r.set_defaults(fn=cmd_run)
     e = sub.add_parser("expectations", help="print the expectations for the installed vLLM")
@@ -314,29 +357,40 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(fn=cmd_expectations)
     s = sub.add_parser("surface", help="speculators' used vLLM surface, from its installed source (AST)")
     s.add_argument("--out", help="write speculators' surface to this file instead of printing it")
-    s.add_argument("--shims", action="store_true", help="rewrite fixtures/surfaces/harness-shims.json: the vLLM surface "
-                                                        "of the harness's own shims, from their code (AST)")
+    s.add_argument(
+        "--shims",
+        action="store_true",
+        help="rewrite fixtures/surfaces/harness-shims.json: the vLLM surface "
+        "of the harness's own shims, from their code (AST)",
+    )
     s.set_defaults(fn=cmd_surface)
     m = sub.add_parser("matrix", help="merge reports/vllm*.json into reports/matrix.{json,md,html}")
-    m.add_argument("--report-dir", default=str(REPORTS),
-                   help="the folder holding the env reports (vllm*.json); the matrix is written there")
+    m.add_argument(
+        "--report-dir",
+        default=str(REPORTS),
+        help="the folder holding the env reports (vllm*.json); the matrix is written there",
+    )
     m.set_defaults(fn=cmd_matrix)
     b = sub.add_parser("bench", help="extraction vs plain prefill throughput (writes reports/<env>.bench.json)")
-    b.add_argument("--env", default=os.environ.get("HARNESS_ENV", "local"),
-                   help="the report's name: <report-dir>/<env>.bench.json")
+    b.add_argument(
+        "--env", default=os.environ.get("HARNESS_ENV", "local"), help="the report's name: <report-dir>/<env>.bench.json"
+    )
     b.add_argument("--model", default="tiny-llama", help="the tiny model to time (a fixture name in fixtures/models/)")
     b.add_argument("--pairs", type=int, default=5, help="interleaved plain/extraction pairs after a warm-up (>= 1)")
     b.add_argument("--report-dir", default=str(REPORTS), help="where the bench report goes")
     b.set_defaults(fn=cmd_bench)
-    sub.add_parser("matrix-envs", help="print the matrix envs as a JSON list (for CI fan-out)"
-                   ).set_defaults(fn=cmd_matrix_envs)
+    sub.add_parser("matrix-envs", help="print the matrix envs as a JSON list (for CI fan-out)").set_defaults(
+        fn=cmd_matrix_envs
+    )
     i = sub.add_parser("matrix-issues", help="print one issue (title, body) per failing build of matrix.json, as JSON")
     i.add_argument("--report-dir", default=str(REPORTS), help="the folder holding matrix.json and <env>.junit.xml")
     i.set_defaults(fn=cmd_matrix_issues)
     t = sub.add_parser("tox-envs", help="print tox.ini's matrix section, rendered from fixtures/envs/matrix.toml")
     t.add_argument("--write", action="store_true", help="write it (and the `matrix` label) into tox.ini")
     t.set_defaults(fn=cmd_tox_envs)
-    sub.add_parser("envfix", help="apply the fix-ups an installed vLLM CPU build needs (probed)").set_defaults(fn=cmd_envfix)
+    sub.add_parser("envfix", help="apply the fix-ups an installed vLLM CPU build needs (probed)").set_defaults(
+        fn=cmd_envfix
+    )
     n = sub.add_parser("gpu-nightly", help="the GPU tier (-m gpu) with a dated report and drift check")
     n.add_argument("--model-path", required=True, help="the checkpoint folder (local; nothing is downloaded)")
     n.add_argument("--tp", type=int, default=8, help="tensor_parallel_size (default 8)")
@@ -346,8 +400,11 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--prompts", help="prompt set JSON (default fixtures/prompts/gpu-prompts.json)")
     n.add_argument("--gpu-memory-utilization", type=float, help="vLLM's share of each GPU (default 0.8)")
     n.add_argument("--throughput-pairs", type=int, help="timed calls a side against plain prefill (default 5; 0: none)")
-    n.add_argument("--report-dir", default=str(REPORTS / "gpu"),
-                   help="where the dated report goes; the committed reports/gpu is read for the drift baseline too")
+    n.add_argument(
+        "--report-dir",
+        default=str(REPORTS / "gpu"),
+        help="where the dated report goes; the committed reports/gpu is read for the drift baseline too",
+    )
     n.add_argument("--env", default=os.environ.get("HARNESS_ENV", "gpu-nightly"), help="the env report's name")
     n.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     n.set_defaults(fn=cmd_gpu_nightly)
@@ -387,8 +444,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 #: The harness's own refusals of input (by class name, so that this module imports none of them).
-REFUSALS = ("HarnessInputError", "InputRefused", "NoExpectations", "VersionNotFound", "SurfaceUnavailable",
-            "ClientUnknown", "JSONDecodeError", "TOMLDecodeError")
+REFUSALS = (
+    "HarnessInputError",
+    "InputRefused",
+    "NoExpectations",
+    "VersionNotFound",
+    "SurfaceUnavailable",
+    "ClientUnknown",
+    "JSONDecodeError",
+    "TOMLDecodeError",
+)
 
 
 def _refusal(e: BaseException) -> bool:
@@ -400,6 +465,9 @@ def _internal(e: BaseException) -> int:
         import traceback
 
         traceback.print_exception(e)
-    print(f"harness: internal error ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-          f"this is a bug of the harness, not a verdict (HARNESS_DEBUG=1 shows the traceback)", file=sys.stderr)
+    print(
+        f"harness: internal error ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+        f"this is a bug of the harness, not a verdict (HARNESS_DEBUG=1 shows the traceback)",
+        file=sys.stderr,
+    )
     return INTERNAL

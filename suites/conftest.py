@@ -13,6 +13,7 @@ import pytest
 
 pytest_plugins = ["harness.testing.plugin", "harness.testing.ahead"]
 
+
 @dataclass
 class ModelRun:
     model: object
@@ -33,7 +34,9 @@ class ModelRun:
         from harness.contracts.base import Attempt, Observation
 
         if self.absent:
-            return Observation(contract, Attempt(True), None, {}, not_applicable=self.absent, subject=self.model.subject)
+            return Observation(
+                contract, Attempt(True), None, {}, not_applicable=self.absent, subject=self.model.subject
+            )
         why = Attempt.failed("GeneratorDidNotStart", f"the shimmed generator did not start: {self.failed.text}")
         return Observation(contract, why, None, {"start": self.failed.text}, subject=self.model.subject)
 
@@ -49,8 +52,15 @@ def _start(name: str) -> ModelRun:
     absent = model.absent_from_vllm()
     if absent:
         return ModelRun(model, None, None, None, absent=absent)
-    gen, start, with_env, mla_start = mla.start(model, lambda: HarnessGenerator(
-        model.path, list(model.probe_layers), max_model_len=MAX_MODEL_LEN, options=options_for(model, dtype="float32")))
+    gen, start, with_env, mla_start = mla.start(
+        model,
+        lambda: HarnessGenerator(
+            model.path,
+            list(model.probe_layers),
+            max_model_len=MAX_MODEL_LEN,
+            options=options_for(model, dtype="float32"),
+        ),
+    )
     observed = mla.probe(model.subject, tc, with_env, start, mla_start=mla_start)
     if not start.ok:
         return ModelRun(model, None, None, observed, failed=start)

@@ -33,20 +33,30 @@ from harness.contracts.base import Attempt
 from harness.native.rows import NativeProbe, native_contract, observe
 
 SERVE = native_contract(
-    "client-serve", "vllm serve MODEL --speculative-config {method: extract_hidden_states, ...} --kv-transfer-config "
-    "{kv_connector: ExampleHiddenStatesConnector, kv_role: kv_producer, ...} starts and answers /health")
+    "client-serve",
+    "vllm serve MODEL --speculative-config {method: extract_hidden_states, ...} --kv-transfer-config "
+    "{kv_connector: ExampleHiddenStatesConnector, kv_role: kv_producer, ...} starts and answers /health",
+)
 HTTP = native_contract(
-    "client-http", "/v1/completions (token-id prompt, max_tokens=1, return_token_ids) echoes prompt_token_ids and "
-    "returns kv_transfer_params['hidden_states_path'] (or ['handle'])")
+    "client-http",
+    "/v1/completions (token-id prompt, max_tokens=1, return_token_ids) echoes prompt_token_ids and "
+    "returns kv_transfer_params['hidden_states_path'] (or ['handle'])",
+)
 FILES = native_contract(
-    "client-files", "the returned file is safetensors with hidden_states [tokens, layers, hidden] and token_ids == "
-    "the prompt, complete once its .lock (if any) is released")
+    "client-files",
+    "the returned file is safetensors with hidden_states [tokens, layers, hidden] and token_ids == "
+    "the prompt, complete once its .lock (if any) is released",
+)
 LASTLAYER = native_contract(
-    "client-lastlayer", "native id n (the last layer's output, --include-last-layer) is exported and equals the final "
-    "decoder layer's output")
+    "client-lastlayer",
+    "native id n (the last layer's output, --include-last-layer) is exported and equals the final "
+    "decoder layer's output",
+)
 CONNECTORS = native_contract(
-    "client-connectors", "every vLLM name hs-connectors imports resolves here, and its connector subclasses fit "
-    "their vLLM bases (private overrides' parameters, abstract methods)")
+    "client-connectors",
+    "every vLLM name hs-connectors imports resolves here, and its connector subclasses fit "
+    "their vLLM bases (private overrides' parameters, abstract methods)",
+)
 PER_MODEL = (SERVE, HTTP, FILES, LASTLAYER)
 GLOBAL = (CONNECTORS,)
 
@@ -59,10 +69,15 @@ def _after_serve(rep: dict) -> str | None:
 def observe_model(rep: dict, chunked: NativeProbe | None = None) -> list:
     """The four per-model rows from one server_check report (harness.clients.server_check.run)."""
     model, serve = rep["model"], rep.get("serve") or {}
-    started = NativeProbe("vllm serve starts with the export's flags and answers /health", "vllm serve " + " ".join(
-        serve.get("args", [])), Attempt(True) if serve.get("started") else Attempt.failed("ServerError", serve.get(
-            "error", "no server was started")), f"ready in {serve.get('start_s')} s, {serve.get('writer')}" if
-        serve.get("started") else None, bool(serve.get("started")))
+    started = NativeProbe(
+        "vllm serve starts with the export's flags and answers /health",
+        "vllm serve " + " ".join(serve.get("args", [])),
+        Attempt(True)
+        if serve.get("started")
+        else Attempt.failed("ServerError", serve.get("error", "no server was started")),
+        f"ready in {serve.get('start_s')} s, {serve.get('writer')}" if serve.get("started") else None,
+        bool(serve.get("started")),
+    )
     obs = [observe(SERVE, [started], subject=model)]
     if chunked is not None:
         obs[0].facts["chunked_prefill"] = chunked.to_json()
@@ -74,21 +89,42 @@ def observe_model(rep: dict, chunked: NativeProbe | None = None) -> list:
     called = "POST /v1/completions {prompt: token ids, max_tokens: 1, return_token_ids: true}"
     if not http.get("ok"):
         probe = NativeProbe("the request is answered", called, Attempt.failed("HTTPError", http.get("error", "")))
-        return obs + [observe(HTTP, [probe], subject=model)] + [
-            observe(c, [], subject=model, not_applicable=f"not observable: client-http[{model}] fails")
-            for c in (FILES, LASTLAYER)]
-    echoed = NativeProbe("prompt_token_ids echoed", called, Attempt(True), http["prompt_token_ids_echoed"],
-                         http["prompt_token_ids_echoed"])
-    keyed = NativeProbe("kv_transfer_params names the file", called, Attempt(True),
-                        {"keys": http["kv_transfer_params_keys"], "file_key": http["file_key"]}, bool(http["file_key"]))
+        return (
+            obs
+            + [observe(HTTP, [probe], subject=model)]
+            + [
+                observe(c, [], subject=model, not_applicable=f"not observable: client-http[{model}] fails")
+                for c in (FILES, LASTLAYER)
+            ]
+        )
+    echoed = NativeProbe(
+        "prompt_token_ids echoed",
+        called,
+        Attempt(True),
+        http["prompt_token_ids_echoed"],
+        http["prompt_token_ids_echoed"],
+    )
+    keyed = NativeProbe(
+        "kv_transfer_params names the file",
+        called,
+        Attempt(True),
+        {"keys": http["kv_transfer_params_keys"], "file_key": http["file_key"]},
+        bool(http["file_key"]),
+    )
     obs.append(observe(HTTP, [echoed, keyed], subject=model))
     files = http.get("file") or {}
     if not files:
-        obs.append(observe(FILES, [], subject=model, not_applicable=f"not observable: no file named (client-http[{model}])"))
+        obs.append(
+            observe(FILES, [], subject=model, not_applicable=f"not observable: no file named (client-http[{model}])")
+        )
     else:
-        layout = NativeProbe("safetensors layout", "read_export(file) (lock honoured)", Attempt(True) if files.get("ok")
-                             else Attempt.failed("ReadError", files.get("error", "")), files.get("layout"),
-                             files.get("holds"))
+        layout = NativeProbe(
+            "safetensors layout",
+            "read_export(file) (lock honoured)",
+            Attempt(True) if files.get("ok") else Attempt.failed("ReadError", files.get("error", "")),
+            files.get("layout"),
+            files.get("holds"),
+        )
         obs.append(observe(FILES, [layout], subject=model))
         obs[-1].facts["lock"] = files.get("lock")
     obs.append(_last_layer(rep))
@@ -105,8 +141,9 @@ def _last_layer(rep: dict):
     else:
         same = rep["last_layer_is_final_output"]
         diffs = {v: c["per_native_id"].get(str(n)) for v, c in rep["clients"].items() if c.get("per_native_id")}
-        probe = NativeProbe(f"native id {n} equals our id {n - 1} (the final layer's output)", called, Attempt(True),
-                            diffs, same)
+        probe = NativeProbe(
+            f"native id {n} equals our id {n - 1} (the final layer's output)", called, Attempt(True), diffs, same
+        )
     return observe(LASTLAYER, [probe], subject=model)
 
 
@@ -126,8 +163,11 @@ def observe_connectors(surface_path: Path, vllm_root: Path) -> object:
     for nid, what, fn in server_path.connector_needs(surface):
         if nid.startswith("subclass "):
             holds, evidence = fn(tree)
-            probes.append(NativeProbe(what, nid, Attempt(True) if holds else Attempt.failed("ContractViolated", evidence),
-                                      evidence, holds))
+            probes.append(
+                NativeProbe(
+                    what, nid, Attempt(True) if holds else Attempt.failed("ContractViolated", evidence), evidence, holds
+                )
+            )
     return observe(CONNECTORS, probes)
 
 
@@ -141,6 +181,10 @@ def _import_probe(module: str, name: str) -> NativeProbe:
         raise ImportError(f"cannot import name {name!r} from {module!r}")
 
     attempt, value = Attempt.run(get)
-    return NativeProbe(f"from {module} import {name}", f"import {module}", attempt,
-                       getattr(value, "__qualname__", getattr(value, "__name__", None)) if attempt.ok else None,
-                       True if attempt.ok else None)
+    return NativeProbe(
+        f"from {module} import {name}",
+        f"import {module}",
+        attempt,
+        getattr(value, "__qualname__", getattr(value, "__name__", None)) if attempt.ok else None,
+        True if attempt.ok else None,
+    )

@@ -63,7 +63,9 @@ def reader(version: str):
     if pin is None:
         from safetensors.torch import load_file
 
-        return "safetensors load_file (no hs-connectors declared)", lambda handle, params: load_file(handle, device="cpu")
+        return "safetensors load_file (no hs-connectors declared)", lambda handle, params: load_file(
+            handle, device="cpu"
+        )
     tree = wheel_tree(CONNECTORS, pin)
     _purge()
     sys.path.insert(0, str(tree))
@@ -113,7 +115,9 @@ def transformers_finding(version: str) -> dict:
     if pin:
         files.append(wheel_tree(CONNECTORS, pin) / "hs_connectors" / "transfer.py")
     used = any("transformers" in imports_of(f) for f in files)
-    return {"declared": spec or "any", "installed": have,
-            "inside": None if have is None else SpecifierSet(spec).contains(have, prereleases=True),
-            "imported_by_client_path": used}
-
+    return {
+        "declared": spec or "any",
+        "installed": have,
+        "inside": None if have is None else SpecifierSet(spec).contains(have, prereleases=True),
+        "imported_by_client_path": used,
+    }

@@ -54,8 +54,9 @@ def supports_installed_vllm(tree: Path) -> tuple[bool, str]:
     return release in SpecifierSet(spec), f"speculators {VERSION} declares vllm{spec}; installed {installed}"
 
 
-def run_child(tree: Path, model_path: Path, layers: list[int], prompts: list[list[int]], out: Path,
-              base_env: dict | None = None) -> Path:
+def run_child(
+    tree: Path, model_path: Path, layers: list[int], prompts: list[list[int]], out: Path, base_env: dict | None = None
+) -> Path:
     """Run 0.4.0's generator in a child interpreter (environment `base_env`, else this one's), importing nothing
     in this process (safe on a background thread); returns `out`, the file it wrote (read it with `load`:
     {"hidden_states": [[per layer] per prompt]})."""
@@ -63,9 +64,25 @@ def run_child(tree: Path, model_path: Path, layers: list[int], prompts: list[lis
     spec.write_text(json.dumps(prompts))
     base = os.environ if base_env is None else base_env
     env = {**base, "PYTHONPATH": os.pathsep.join([str(tree), str(SOURCE_ROOT), base.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "harness.clients.second_client", "--model", str(model_path),
-                           "--layers", ",".join(map(str, layers)), "--prompts", str(spec), "--out", str(out)],
-                          env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.clients.second_client",
+            "--model",
+            str(model_path),
+            "--layers",
+            ",".join(map(str, layers)),
+            "--prompts",
+            str(spec),
+            "--out",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"speculators {VERSION}'s generator failed: {proc.stderr.strip().splitlines()[-5:]}")
     return out
@@ -105,9 +122,14 @@ def _child(args) -> int:
         results = gen.generate(prompts)
     finally:
         gen.executor.shutdown()
-    torch.save({"speculators_file": speculators.__file__,
-                "hidden_states": [[h.float() for h in r["hidden_states"]] for r in results],
-                "input_ids": [r["input_ids"].tolist() for r in results]}, args.out)
+    torch.save(
+        {
+            "speculators_file": speculators.__file__,
+            "hidden_states": [[h.float() for h in r["hidden_states"]] for r in results],
+            "input_ids": [r["input_ids"].tolist() for r in results],
+        },
+        args.out,
+    )
     return 0
 
 

@@ -68,19 +68,48 @@ def port_taken(port: int) -> bool:
     return False
 
 
-def serve_args(model_path: str | os.PathLike, native_ids: list[int], storage: str | os.PathLike, *, port: int,
-               dtype: str = "auto", max_model_len: int = 512, extra: tuple[str, ...] = (),
-               sync_writer: bool = False) -> list[str]:
+def serve_args(
+    model_path: str | os.PathLike,
+    native_ids: list[int],
+    storage: str | os.PathLike,
+    *,
+    port: int,
+    dtype: str = "auto",
+    max_model_len: int = 512,
+    extra: tuple[str, ...] = (),
+    sync_writer: bool = False,
+) -> list[str]:
     """The `vllm serve` command line speculators' launcher builds, plus the harness's fixed settings: eager,
     prefix caching and chunked prefill off (a repeated prompt is computed again; the connector refuses chunked
     prefill from 0.22), seed 0, local only; the step budget of harness.native.engine's in-process engine."""
-    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model_path),
-            "--host", HOST, "--port", str(port), "--dtype", dtype, "--max-model-len", str(max_model_len),
-            "--enforce-eager", "--no-enable-prefix-caching", "--no-enable-chunked-prefill", "--seed", "0",
-            "--max-num-batched-tokens", str(max(8192, max_model_len)),
-            "--trust-remote-code",
-            "--speculative-config", json.dumps(speculative_config(native_ids)),
-            "--kv-transfer-config", json.dumps(kv_transfer_config(storage, sync_writer)), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        str(model_path),
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+        "--max-model-len",
+        str(max_model_len),
+        "--enforce-eager",
+        "--no-enable-prefix-caching",
+        "--no-enable-chunked-prefill",
+        "--seed",
+        "0",
+        "--max-num-batched-tokens",
+        str(max(8192, max_model_len)),
+        "--trust-remote-code",
+        "--speculative-config",
+        json.dumps(speculative_config(native_ids)),
+        "--kv-transfer-config",
+        json.dumps(kv_transfer_config(storage, sync_writer)),
+        *extra,
+    ]
 
 
 def cli_metadata_dir(into: Path) -> Path | None:
@@ -130,10 +159,21 @@ def _stop(proc: subprocess.Popen, grace_s: float) -> None:
 class VllmServer:
     """One `vllm serve` for `model_path` with the native export of `native_ids` into `storage`."""
 
-    def __init__(self, model_path: str | os.PathLike, native_ids: list[int], *, storage: str | os.PathLike | None = None,
-                 port: int | None = None, dtype: str = "auto", max_model_len: int = 512, extra: tuple[str, ...] = (),
-                 ready_timeout_s: float = 600.0, grace_s: float = 20.0, env: dict | None = None,
-                 sync_writer: bool | None = None):
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        native_ids: list[int],
+        *,
+        storage: str | os.PathLike | None = None,
+        port: int | None = None,
+        dtype: str = "auto",
+        max_model_len: int = 512,
+        extra: tuple[str, ...] = (),
+        ready_timeout_s: float = 600.0,
+        grace_s: float = 20.0,
+        env: dict | None = None,
+        sync_writer: bool | None = None,
+    ):
         """`sync_writer`: serve with harness.native.sync_writer's connector (True), vLLM's own (False), or, by
         default, the former where this process shows the upstream writer's CUDA calls cannot work (the probe's
         answer is `self.sync_writer_why`)."""
@@ -153,16 +193,30 @@ class VllmServer:
             self.sync_writer_why = sw.needed()
             sync_writer = self.sync_writer_why is not None
         self.sync_writer = sync_writer
-        self.args = serve_args(model_path, native_ids, self.storage, port=self.port, dtype=dtype,
-                               max_model_len=max_model_len, extra=extra, sync_writer=sync_writer)
+        self.args = serve_args(
+            model_path,
+            native_ids,
+            self.storage,
+            port=self.port,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            extra=extra,
+            sync_writer=sync_writer,
+        )
         self.grace_s = grace_s
         run_env = {**os.environ, **(env or {})}
         self.metadata_dir = cli_metadata_dir(self.dir)
         if self.metadata_dir is not None:
             run_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.metadata_dir), run_env.get("PYTHONPATH")) if p)
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, env=run_env)
+            self.proc = subprocess.Popen(
+                self.args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=run_env,
+            )
         self._finalizer = weakref.finalize(self, _stop, self.proc, grace_s)
         atexit.register(self._finalizer)
         try:
@@ -201,16 +255,19 @@ class VllmServer:
             except (urllib.error.URLError, ConnectionError, OSError):
                 pass
             if time.monotonic() > deadline:
-                raise ServerNotReady(f"vllm serve on port {self.port} did not answer /health within {timeout_s:g} s "
-                                     f"(stopped); its last words: {self._said()}")
+                raise ServerNotReady(
+                    f"vllm serve on port {self.port} did not answer /health within {timeout_s:g} s "
+                    f"(stopped); its last words: {self._said()}"
+                )
             time.sleep(0.5)
 
     def check_alive(self, during: str = "a request") -> None:
         """Raise ServerDied (one line, with the exit status and vLLM's error) if the server is gone."""
         code = self.proc.poll()
         if code is not None:
-            raise ServerDied(f"vllm serve (pid {self.proc.pid}) died during {during}: {_exit_text(code)}; "
-                             f"{self._said()}")
+            raise ServerDied(
+                f"vllm serve (pid {self.proc.pid}) died during {during}: {_exit_text(code)}; {self._said()}"
+            )
 
     def healthy(self, wait_s: float = 10.0) -> bool:
         """Whether the server still answers /health (within `wait_s`): after a failed request, a server whose engine

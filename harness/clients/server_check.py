@@ -59,8 +59,9 @@ def http_probe(server, prompt: list[int]) -> dict:
     removed (with its lock, once released) so the clients' runs start from an empty store."""
     import urllib.request
 
-    body = json.dumps({"model": server.model, "prompt": [int(t) for t in prompt], "max_tokens": 1,
-                       "return_token_ids": True}).encode()
+    body = json.dumps(
+        {"model": server.model, "prompt": [int(t) for t in prompt], "max_tokens": 1, "return_token_ids": True}
+    ).encode()
     req = urllib.request.Request(server.base_url + "/v1/completions", body, {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
@@ -71,9 +72,12 @@ def http_probe(server, prompt: list[int]) -> dict:
     params = got.get("kv_transfer_params") or {}
     echoed = (got.get("choices") or [{}])[0].get("prompt_token_ids")
     path = params.get("hidden_states_path") or params.get("handle")
-    out = {"ok": True, "prompt_token_ids_echoed": echoed == [int(t) for t in prompt],
-           "kv_transfer_params_keys": sorted(params),
-           "file_key": next((k for k in ("hidden_states_path", "handle") if params.get(k)), None)}
+    out = {
+        "ok": True,
+        "prompt_token_ids_echoed": echoed == [int(t) for t in prompt],
+        "kv_transfer_params_keys": sorted(params),
+        "file_key": next((k for k in ("hidden_states_path", "handle") if params.get(k)), None),
+    }
     if path:
         out["file"] = _file_holds(path, prompt, len(set(server.native_ids)))
     return out
@@ -91,30 +95,51 @@ def _file_holds(path: str, prompt: list[int], layers: int) -> dict:
         return {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}", "lock": had_lock}
     layout = layout_of(data)
     hs, ids = data.get("hidden_states"), data.get("token_ids")
-    holds = (set(data) == {"hidden_states", "token_ids"} and hs.dim() == 3 and tuple(hs.shape[:2]) == (len(prompt), layers)
-             and ids.tolist() == [int(t) for t in prompt])
-    return {"ok": True, "layout": layout, "holds": bool(holds),
-            "lock": "a .lock the reader waited on, then removed" if waited else "no lock file: complete on return"}
+    holds = (
+        set(data) == {"hidden_states", "token_ids"}
+        and hs.dim() == 3
+        and tuple(hs.shape[:2]) == (len(prompt), layers)
+        and ids.tolist() == [int(t) for t in prompt]
+    )
+    return {
+        "ok": True,
+        "layout": layout,
+        "holds": bool(holds),
+        "lock": "a .lock the reader waited on, then removed" if waited else "no lock file: complete on return",
+    }
 
 
 def _compare(theirs, ours, native: list[int], ours_ids: list[int], prompts, dtype: str, n: int) -> dict:
     """One client's files against ours, per native id (the bound by dtype, TOLERANCE)."""
     kind, tol = TOLERANCE[dtype]
-    res = {"token_ids_echoed": all(t.token_ids == [int(x) for x in p] for t, p in zip(theirs, prompts, strict=True)),
-           "waited_on_lock": sorted({t.waited_on_lock for t in theirs}),
-           "lock_left_behind": sorted({t.lock_left for t in theirs}),
-           "returned_key": sorted({next((k for k in ("hidden_states_path", "handle") if k in t.kv_transfer_params), "?")
-                                   if t.kv_transfer_params is not None else "not returned by this release"
-                                   for t in theirs}),
-           "layout": theirs[0].layout if theirs else None,
-           "reader": sorted({t.reader for t in theirs})}
+    res = {
+        "token_ids_echoed": all(t.token_ids == [int(x) for x in p] for t, p in zip(theirs, prompts, strict=True)),
+        "waited_on_lock": sorted({t.waited_on_lock for t in theirs}),
+        "lock_left_behind": sorted({t.lock_left for t in theirs}),
+        "returned_key": sorted(
+            {
+                next((k for k in ("hidden_states_path", "handle") if k in t.kv_transfer_params), "?")
+                if t.kv_transfer_params is not None
+                else "not returned by this release"
+                for t in theirs
+            }
+        ),
+        "layout": theirs[0].layout if theirs else None,
+        "reader": sorted({t.reader for t in theirs}),
+    }
     per_id = {}
-    ours = [{"hidden_states": o["hidden_states"][:len(native)]} for o in ours]
+    ours = [{"hidden_states": o["hidden_states"][: len(native)]} for o in ours]
     for i, j in enumerate(native):
-        diff = max(float((t.hidden_states[i].float() - o["hidden_states"][i].float()).abs().max())
-                   for t, o in zip(theirs, ours, strict=True))
+        diff = max(
+            float((t.hidden_states[i].float() - o["hidden_states"][i].float()).abs().max())
+            for t, o in zip(theirs, ours, strict=True)
+        )
         scale = max(float(o["hidden_states"][i].float().abs().max()) for o in ours)
-        per_id[str(j)] = {"speculators_id": ours_ids[i], "max_abs_diff": diff, "rel_diff": diff / scale if scale else diff}
+        per_id[str(j)] = {
+            "speculators_id": ours_ids[i],
+            "max_abs_diff": diff,
+            "rel_diff": diff / scale if scale else diff,
+        }
     res["per_native_id"] = per_id
     measure = "max_abs_diff" if kind == "abs" else "rel_diff"
     worst = max(v[measure] for v in per_id.values())
@@ -122,15 +147,25 @@ def _compare(theirs, ours, native: list[int], ours_ids: list[int], prompts, dtyp
     res["agrees"] = bool(worst <= tol and res["token_ids_echoed"])
     if str(n) in per_id:
         res["last_layer_is_final_output"] = per_id[str(n)][measure] <= tol
-    res["verdict"] = ("agrees with ours at every id compared" if res["agrees"] else
-                      f"disagrees: worst {measure} {worst:.3g} > {tol:g} at native ids "
-                      f"{[j for j, v in per_id.items() if v[measure] > tol]}")
+    res["verdict"] = (
+        "agrees with ours at every id compared"
+        if res["agrees"]
+        else f"disagrees: worst {measure} {worst:.3g} > {tol:g} at native ids "
+        f"{[j for j, v in per_id.items() if v[measure] > tol]}"
+    )
     return res
 
 
-def run(name: str, *, clients: tuple[str, ...] = CLIENTS, dtype: str = "float32", attention_backend: str | None = None,
-        gpu_memory_utilization: float | None = None, prompts: list[list[int]] | None = None,
-        sync_writer: bool | None = None) -> dict:
+def run(
+    name: str,
+    *,
+    clients: tuple[str, ...] = CLIENTS,
+    dtype: str = "float32",
+    attention_backend: str | None = None,
+    gpu_memory_utilization: float | None = None,
+    prompts: list[list[int]] | None = None,
+    sync_writer: bool | None = None,
+) -> dict:
     """Ours, then one server that every release in `clients` is driven against in turn (each sends all prompts).
     `sync_writer`: as VllmServer's (None: chosen by probing). The report's `serve` says how the server started
     (or why not); `clients[version]` each release's result; the top level the last-layer finding."""
@@ -147,14 +182,24 @@ def run(name: str, *, clients: tuple[str, ...] = CLIENTS, dtype: str = "float32"
     native = client_default_ids(n)
     ours_ids = map_layer_ids(native, n, to="speculators")
     prompts = prompts or random_prompts(6, 17, 96, model.vocab_size, seed=21)
-    rep = {"model": name, "clients_asked": list(clients), "native_ids": native, "speculators_ids": ours_ids,
-           "dtype": dtype, "attention_backend": attention_backend, "prompts": len(prompts),
-           "tokens": sum(len(p) for p in prompts), "clients": {}}
+    rep = {
+        "model": name,
+        "clients_asked": list(clients),
+        "native_ids": native,
+        "speculators_ids": ours_ids,
+        "dtype": dtype,
+        "attention_backend": attention_backend,
+        "prompts": len(prompts),
+        "tokens": sum(len(p) for p in prompts),
+        "clients": {},
+    }
     mla.prepare(model, attention_backend)
     t0 = time.perf_counter()
     kw = {"gpu_memory_utilization": gpu_memory_utilization} if gpu_memory_utilization else {}
     overrides = {"dtype": dtype, **({"attention_backend": attention_backend} if attention_backend else {})}
-    with HarnessGenerator(model.path, ours_ids, max_model_len=512, options=options_for(model, **overrides), **kw) as gen:
+    with HarnessGenerator(
+        model.path, ours_ids, max_model_len=512, options=options_for(model, **overrides), **kw
+    ) as gen:
         ours = gen.generate(prompts)
     rep["ours_s"] = round(time.perf_counter() - t0, 1)
 
@@ -162,13 +207,24 @@ def run(name: str, *, clients: tuple[str, ...] = CLIENTS, dtype: str = "float32"
         """{version: [ServerExport] or ServerError}; raises ServerError where the server itself fails."""
         t0 = time.perf_counter()
         got = {}
-        with VllmServer(model.path, ids, dtype=dtype, max_model_len=512, sync_writer=sync_writer,
-                        extra=serve_extra(model, attention_backend, gpu_memory_utilization)) as server:
-            rep["serve"] = {"started": True, "start_s": round(time.perf_counter() - t0, 1),
-                            "writer": (f"harness.native.sync_writer's connector (upstream writer here: "
-                                       f"{server.sync_writer_why})" if server.sync_writer else "vLLM's own connector"),
-                            "args": [a.replace(str(server.storage), "<storage>") for a in server.args[3:]
-                                     if not a.startswith("/")]}
+        with VllmServer(
+            model.path,
+            ids,
+            dtype=dtype,
+            max_model_len=512,
+            sync_writer=sync_writer,
+            extra=serve_extra(model, attention_backend, gpu_memory_utilization),
+        ) as server:
+            rep["serve"] = {
+                "started": True,
+                "start_s": round(time.perf_counter() - t0, 1),
+                "writer": (
+                    f"harness.native.sync_writer's connector (upstream writer here: {server.sync_writer_why})"
+                    if server.sync_writer
+                    else "vLLM's own connector"
+                ),
+                "args": [a.replace(str(server.storage), "<storage>") for a in server.args[3:] if not a.startswith("/")],
+            }
             rep["http"] = http_probe(server, prompts[0])
             for version in clients:
                 try:
@@ -208,8 +264,10 @@ def run(name: str, *, clients: tuple[str, ...] = CLIENTS, dtype: str = "float32"
             # the engine does not work here, however well the other ids agree.
             said = rep["failure"].split("the server's log says: ")[-1]
             res["agrees_without_last_layer"], res["agrees"] = res["agrees"], False
-            res["verdict"] = (f"native id {n} (the last layer's output, in the launcher's default ids) is not exported: "
-                              f"{said}; without it, {res['verdict']}")
+            res["verdict"] = (
+                f"native id {n} (the last layer's output, in the launcher's default ids) is not exported: "
+                f"{said}; without it, {res['verdict']}"
+            )
         elif res.get("last_layer_is_final_output") is False:
             res["verdict"] += f"; native id {n} differs from our id {n - 1} (the last layer's output) beyond the bound"
         rep["clients"][version] = res
@@ -221,29 +279,48 @@ def run(name: str, *, clients: tuple[str, ...] = CLIENTS, dtype: str = "float32"
 
 def markdown(rep: dict) -> str:
     serve = rep.get("serve", {})
-    lines = [f"# speculators' clients via `vllm serve` vs ours: {rep['model']} ({rep['date']})", "",
-             f"vLLM {rep.get('vllm')}, {rep['dtype']}, attention {rep['attention_backend'] or 'default'}; "
-             f"{rep['prompts']} prompts, {rep['tokens']} tokens; native ids {rep['native_ids']} = speculators' "
-             f"{rep['speculators_ids']}. Server: " + (f"started in {serve.get('start_s')} s, {serve.get('writer')}"
-                                                      if serve.get("started") else f"did not start: {serve.get('error')}"),
-             ""]
+    lines = [
+        f"# speculators' clients via `vllm serve` vs ours: {rep['model']} ({rep['date']})",
+        "",
+        f"vLLM {rep.get('vllm')}, {rep['dtype']}, attention {rep['attention_backend'] or 'default'}; "
+        f"{rep['prompts']} prompts, {rep['tokens']} tokens; native ids {rep['native_ids']} = speculators' "
+        f"{rep['speculators_ids']}. Server: "
+        + (
+            f"started in {serve.get('start_s')} s, {serve.get('writer')}"
+            if serve.get("started")
+            else f"did not start: {serve.get('error')}"
+        ),
+        "",
+    ]
     if rep.get("without_last_layer"):
-        lines += [f"Last layer (native id {max(rep['native_ids'])}): "
-                  f"{rep['without_last_layer']}", ""]
+        lines += [f"Last layer (native id {max(rep['native_ids'])}): {rep['without_last_layer']}", ""]
     for version, c in rep["clients"].items():
-        lines += [f"## speculators {version}", "", f"**{c['verdict']}**" + (
-            f" (bound: {c['tolerance']}); prompt ids echoed: {c['token_ids_echoed']}; key returned: "
-            f"{c['returned_key']}; waited on a lock: {c['waited_on_lock']}; lock left behind: {c['lock_left_behind']}"
-            if "tolerance" in c else ""), ""]
+        lines += [
+            f"## speculators {version}",
+            "",
+            f"**{c['verdict']}**"
+            + (
+                f" (bound: {c['tolerance']}); prompt ids echoed: {c['token_ids_echoed']}; key returned: "
+                f"{c['returned_key']}; waited on a lock: {c['waited_on_lock']}; lock left behind: {c['lock_left_behind']}"
+                if "tolerance" in c
+                else ""
+            ),
+            "",
+        ]
         if c.get("reader"):
             t = c.get("transformers", {})
-            lines += [f"Read by: {', '.join(c['reader'])}. transformers: declared {t.get('declared')}, this run had "
-                      f"{t.get('installed')} ({'inside' if t.get('inside') else 'outside'} the range; imported by the "
-                      f"client path: {'yes' if t.get('imported_by_client_path') else 'no'})", ""]
+            lines += [
+                f"Read by: {', '.join(c['reader'])}. transformers: declared {t.get('declared')}, this run had "
+                f"{t.get('installed')} ({'inside' if t.get('inside') else 'outside'} the range; imported by the "
+                f"client path: {'yes' if t.get('imported_by_client_path') else 'no'})",
+                "",
+            ]
         if c.get("per_native_id"):
             lines += ["| native id | speculators id | max abs diff | relative |", "|---|---|---|---|"]
-            lines += [f"| {j} | {v['speculators_id']} | {v['max_abs_diff']:.3g} | {v['rel_diff']:.3g} |"
-                      for j, v in c["per_native_id"].items()]
+            lines += [
+                f"| {j} | {v['speculators_id']} | {v['max_abs_diff']:.3g} | {v['rel_diff']:.3g} |"
+                for j, v in c["per_native_id"].items()
+            ]
             lines.append("")
     return "\n".join(lines)
 
@@ -261,8 +338,13 @@ def main(argv=None) -> int:
     from harness.support.report_files import write_atomic
     from harness.support.volatile import stable
 
-    rep = run(args.model, clients=tuple(args.client or CLIENTS), dtype=args.dtype, attention_backend=args.attention_backend,
-              gpu_memory_utilization=args.gpu_memory_utilization)
+    rep = run(
+        args.model,
+        clients=tuple(args.client or CLIENTS),
+        dtype=args.dtype,
+        attention_backend=args.attention_backend,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+    )
     rep["date"] = time.strftime("%Y-%m-%d")
     snap = versions.snapshot()
     rep.update(vllm=snap.get("vllm"), torch=snap.get("torch"), device_type=snap.get("device_type"))

@@ -58,8 +58,10 @@ class ClientApi:
     def of(cls, module) -> ClientApi:
         params = list(inspect.signature(module.generate_hidden_states).parameters)
         if len(params) < 3 or params[2] not in ("token_ids", "client_item"):
-            raise LookupError(f"{module.__name__}.generate_hidden_states{tuple(params)}: a request signature the "
-                              "harness does not know (neither token_ids nor client_item third)")
+            raise LookupError(
+                f"{module.__name__}.generate_hidden_states{tuple(params)}: a request signature the "
+                "harness does not know (neither token_ids nor client_item third)"
+            )
         return cls(module, params[2] == "client_item", hasattr(module, "wait_for_lock"))
 
     def request(self, client, model: str, prompt: list[int], timeout_s: float) -> tuple[str, dict | None]:
@@ -85,7 +87,9 @@ class ServerExport:
     reader: str = ""
 
 
-def extract(server, prompts: list[list[int]], *, version: str = "0.9.0", timeout_s: float = 120.0) -> list[ServerExport]:
+def extract(
+    server, prompts: list[list[int]], *, version: str = "0.9.0", timeout_s: float = 120.0
+) -> list[ServerExport]:
     """Run `prompts` (token-id lists) through speculators `version`'s client against `server` (a VllmServer) and
     read each file back as that release does; a server that dies meanwhile is named
     (harness.clients.server.ServerDied)."""
@@ -106,33 +110,52 @@ def extract(server, prompts: list[list[int]], *, version: str = "0.9.0", timeout
             handle, params = api.request(client, server.model, [int(t) for t in prompt], timeout_s)
         except Exception as exc:
             server.check_alive(f"the request for prompt {i}")
-            raise ServerError(f"speculators {version}'s request for prompt {i} failed ({type(exc).__name__}: "
-                              f"{str(exc)[:200]}); the server's log says: {server.root_cause()}") from exc
+            raise ServerError(
+                f"speculators {version}'s request for prompt {i} failed ({type(exc).__name__}: "
+                f"{str(exc)[:200]}); the server's log says: {server.root_cause()}"
+            ) from exc
         if not handle:  # 0.5-0.7 return kv_transfer_params.get("hidden_states_path") unchecked
-            raise ServerError(f"speculators {version}'s request for prompt {i} returned no file: the response's "
-                              "kv_transfer_params has no 'hidden_states_path'")
+            raise ServerError(
+                f"speculators {version}'s request for prompt {i} returned no file: the response's "
+                "kv_transfer_params has no 'hidden_states_path'"
+            )
         lock = handle + ".lock"
         if not api.waits_on_locks and os.path.exists(lock):
             # The writer hands the file over behind a lock (created before the response returns); a release
             # without the lock protocol reads at once and races the writer, however this one read turns out.
-            raise ClientRaces(f"speculators {version} has no lock protocol, but the connector handed over "
-                              f"{os.path.basename(handle)} behind {os.path.basename(lock)} (there when the response "
-                              "returned): the client reads while the writer may still be writing")
+            raise ClientRaces(
+                f"speculators {version} has no lock protocol, but the connector handed over "
+                f"{os.path.basename(handle)} behind {os.path.basename(lock)} (there when the response "
+                "returned): the client reads while the writer may still be writing"
+            )
         waited = api.waits_on_locks and os.path.exists(lock)
         if waited and not by_connectors:
             api.module.wait_for_lock(lock, timeout=timeout_s)
         data = read(handle, params) if by_connectors or os.path.exists(handle) else None
         if data is None:  # the writer let go (or never started) without writing: its error is logged
             server.check_alive(f"the write for prompt {i}")
-            raise ServerError(f"the connector returned {os.path.basename(handle)} for prompt {i}"
-                              + (" and released its lock" if waited else "") + " but never wrote it; the server's log "
-                              f"says: {server.root_cause()}")
+            raise ServerError(
+                f"the connector returned {os.path.basename(handle)} for prompt {i}"
+                + (" and released its lock" if waited else "")
+                + " but never wrote it; the server's log "
+                f"says: {server.root_cause()}"
+            )
         layout = layout_of(data)
         os.remove(handle)
         lock_left = os.path.exists(lock)
         if lock_left:
             os.remove(lock)  # the harness tidies up after a client that does not
         per_layer = layers_asked(data, handle, engine_ids, server.native_ids, tokens=len(prompt))
-        out.append(ServerExport(per_layer, [int(t) for t in data["token_ids"].tolist()], handle, params, waited,
-                                layout, lock_left, label))
+        out.append(
+            ServerExport(
+                per_layer,
+                [int(t) for t in data["token_ids"].tolist()],
+                handle,
+                params,
+                waited,
+                layout,
+                lock_left,
+                label,
+            )
+        )
     return out

@@ -17,9 +17,25 @@ from harness.subjects.models import fixture_names
 #: Contract ids in the order speculators' run meets them. The order matters where shims compose: shims on the
 #: same name apply in this order (C-chunkedprefill wraps the Scheduler that C-sched's shim builds).
 IDS = (
-    "import", "schedcfg", "memory", "blocksize", "kvlayout", "kvhelpers", "sched",
-    "request", "prefixcache", "chunkedprefill",
-    "rpc", "twophase", "mla", "kimistack", "eagle3", "embed", "layer", "forward", "moeorder",
+    "import",
+    "schedcfg",
+    "memory",
+    "blocksize",
+    "kvlayout",
+    "kvhelpers",
+    "sched",
+    "request",
+    "prefixcache",
+    "chunkedprefill",
+    "rpc",
+    "twophase",
+    "mla",
+    "kimistack",
+    "eagle3",
+    "embed",
+    "layer",
+    "forward",
+    "moeorder",
 )
 #: Contracts probed once per tiny model (key "id[<fixture>]", e.g. "embed[tiny-llama]"); the others once per vLLM.
 PER_MODEL = ("mla", "kimistack", "eagle3", "embed", "layer", "forward")
@@ -35,7 +51,7 @@ def global_model() -> str:
 
     chosen = [m for m in E2E_MODELS if load_fixture(m).get("global_contracts")]
     if len(chosen) != 1:
-        raise ValueError(f"exactly one fixture in fixtures/models/ must set \"global_contracts\": true (have: {chosen})")
+        raise ValueError(f'exactly one fixture in fixtures/models/ must set "global_contracts": true (have: {chosen})')
     return chosen[0]
 
 
@@ -55,8 +71,12 @@ def modules() -> tuple:
 def selected(attach: Attach, disabled=frozenset()) -> list[tuple[str, Shim]]:
     """(contract id, shim) for every shim attached at `attach`, in registry order, leaving out the contracts
     in `disabled` (a proof's run without one shim)."""
-    return [(m.CONTRACT.id, shim) for m in modules() if m.CONTRACT.id not in disabled
-            for shim in m.CONTRACT.shims_at(attach)]
+    return [
+        (m.CONTRACT.id, shim)
+        for m in modules()
+        if m.CONTRACT.id not in disabled
+        for shim in m.CONTRACT.shims_at(attach)
+    ]
 
 
 def refusal(generator) -> str | None:
@@ -109,8 +129,12 @@ def native_keys() -> list[str]:
     """The native path's rows (suites/native): the in-process export's and the server path's, keyed by tiny model."""
     from harness.subjects.releases import CLIENT_MODELS
 
-    return (list(NATIVE_GLOBAL) + [f"{i}[{m}]" for m in E2E_MODELS for i in NATIVE_PER_MODEL]
-            + list(CLIENT_GLOBAL) + [f"{i}[{m}]" for m in CLIENT_MODELS for i in CLIENT_PER_MODEL])
+    return (
+        list(NATIVE_GLOBAL)
+        + [f"{i}[{m}]" for m in E2E_MODELS for i in NATIVE_PER_MODEL]
+        + list(CLIENT_GLOBAL)
+        + [f"{i}[{m}]" for m in CLIENT_MODELS for i in CLIENT_PER_MODEL]
+    )
 
 
 def e2e_keys() -> list[str]:
@@ -129,7 +153,9 @@ def proof_ids() -> list[str]:
 
 def proof_keys() -> list[str]:
     """The contract rows a complete run carries a proof result for: per-model contracts once per tiny model."""
-    return [f"{i}[{m}]" if i in PER_MODEL else i for i in proof_ids() for m in (E2E_MODELS if i in PER_MODEL else [None])]
+    return [
+        f"{i}[{m}]" if i in PER_MODEL else i for i in proof_ids() for m in (E2E_MODELS if i in PER_MODEL else [None])
+    ]
 
 
 def why_no_proof(key: str) -> str:

@@ -69,7 +69,7 @@ def short_path(filename: str) -> str:
     if "site-packages/" in filename:
         return filename.split("site-packages/")[-1]
     root = str(SOURCE_ROOT) + "/"
-    return filename[len(root):] if filename.startswith(root) else filename
+    return filename[len(root) :] if filename.startswith(root) else filename
 
 
 def raise_site(frame: traceback.FrameSummary) -> str:

@@ -41,8 +41,9 @@ def backend_class(vllm_config, block_size: int = SPECULATORS_BLOCK_SIZE):
     from harness.contracts.mla import select_backend
 
     mc = vllm_config.model_config
-    path = select_backend(head_size=mc.get_head_size(), dtype=mc.dtype,
-                          use_mla=bool(getattr(mc, "use_mla", False)), block_size=block_size)
+    path = select_backend(
+        head_size=mc.get_head_size(), dtype=mc.dtype, use_mla=bool(getattr(mc, "use_mla", False)), block_size=block_size
+    )
     module, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module), name)
 
@@ -58,8 +59,7 @@ def check(backend, block_size: int) -> None:
     judge = getattr(backend, "supports_block_size", None)
     if judge is not None and not judge(block_size):
         sizes = describe(getattr(backend, "get_supported_kernel_block_sizes", list)())
-        raise ValueError(f"{backend.__name__}: block_size not supported: {block_size} "
-                         f"(kernel block sizes {sizes})")
+        raise ValueError(f"{backend.__name__}: block_size not supported: {block_size} (kernel block sizes {sizes})")
 
 
 def accepted(backend, at_least: int) -> int:
@@ -94,7 +94,9 @@ def apply(ns: dict, current, state=None) -> None:
 def probe(ctx) -> Observation:
     mc = ctx.vllm_config.model_config
     if getattr(mc, "use_mla", False):
-        return Observation(CONTRACT, Attempt(True), None, {}, not_applicable="MLA models: the platform sets the block size")
+        return Observation(
+            CONTRACT, Attempt(True), None, {}, not_applicable="MLA models: the platform sets the block size"
+        )
     used = int(ctx.vllm_config.cache_config.block_size)
     facts = {"block_size_used": used, "shim_selected": used != SPECULATORS_BLOCK_SIZE}
     with in_context(ctx.vllm_config):
@@ -122,15 +124,34 @@ def cpu_kernel_block_sizes(tree, used, follower) -> list[Fact]:
         return [Fact(CONTRACT.id, f"{module}:{method}", "block-size", "no CPU attention backend", True)]
     node = next((n for n in ast.walk(parse_file(f)) if isinstance(n, ast.FunctionDef) and n.name == method), None)
     if node is None:
-        return [Fact(CONTRACT.id, f"{module}:{method}", "block-size", "declares none", True, None,
-                     f"{f.relative_to(tree.root)}:1")]
+        return [
+            Fact(
+                CONTRACT.id,
+                f"{module}:{method}",
+                "block-size",
+                "declares none",
+                True,
+                None,
+                f"{f.relative_to(tree.root)}:1",
+            )
+        ]
     ret = next((n for n in ast.walk(node) if isinstance(n, ast.Return) and n.value is not None), None)
     text = ast.unparse(ret.value) if ret is not None else "?"
     ints = [int(x) for x in re.findall(r"(?<![\w(])(\d+)(?![\w)])", text)]
     multiples = [int(x) for x in re.findall(r"MultipleOf\((\d+)\)", text)]
     takes_16 = SPECULATORS_BLOCK_SIZE in ints or any(SPECULATORS_BLOCK_SIZE % m == 0 for m in multiples)
-    return [Fact(CONTRACT.id, f"{module}:{method}", "block-size", text, takes_16, "block-size-unsupported",
-                 f"{f.relative_to(tree.root)}:{node.lineno}", detail={"declared": text})]
+    return [
+        Fact(
+            CONTRACT.id,
+            f"{module}:{method}",
+            "block-size",
+            text,
+            takes_16,
+            "block-size-unsupported",
+            f"{f.relative_to(tree.root)}:{node.lineno}",
+            detail={"declared": text},
+        )
+    ]
 
 
 CONTRACT = Contract(
@@ -140,9 +161,16 @@ CONTRACT = Contract(
     # "No common block size for 16 (CPU_ATTN: [MultipleOf(32)])", seen by the shim proof).
     failures=(r"block_size not supported", r"No common block size for \d+"),
     shims=(Shim(Attach.GENERATOR, apply),),
-    gate_covers=(GateCover("block-size-unsupported", apply,
-                           "moves speculators' block size to the smallest one the attention backend declares"),),
+    gate_covers=(
+        GateCover(
+            "block-size-unsupported",
+            apply,
+            "moves speculators' block size to the smallest one the attention backend declares",
+        ),
+    ),
     gate_checks=(cpu_kernel_block_sizes,),
-    upstream=("vLLM 0.30.0's CPU attention declares kernel block sizes MultipleOf(32) (first seen in the CPU "
-              'matrix at 0.30.0)'),
+    upstream=(
+        "vLLM 0.30.0's CPU attention declares kernel block sizes MultipleOf(32) (first seen in the CPU "
+        "matrix at 0.30.0)"
+    ),
 )

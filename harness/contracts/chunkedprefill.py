@@ -231,7 +231,7 @@ def in_request_order(worker, states: list) -> list:
     if ranges is None:
         return states
     worker._harness_reorder_count = getattr(worker, "_harness_reorder_count", 0) + 1
-    return [torch.cat([h[start:start + n] for start, n in ranges]) for h in states]
+    return [torch.cat([h[start : start + n] for start, n in ranges]) for h in states]
 
 
 def reordered(worker) -> int:
@@ -261,8 +261,10 @@ def cause(scheduler_config, prompt_lengths: list[int]) -> str | None:
     """Why rows can go missing in this batch, when chunked prefill explains it (for the row check's error)."""
     budget = int(scheduler_config.max_num_batched_tokens)
     if chunked(scheduler_config) and sum(prompt_lengths) > budget:
-        return (f"a prompt was split across scheduler steps (chunked prefill on, max_num_batched_tokens={budget}, "
-                f"batch of {sum(prompt_lengths)} tokens) and speculators finished it after its first chunk")
+        return (
+            f"a prompt was split across scheduler steps (chunked prefill on, max_num_batched_tokens={budget}, "
+            f"batch of {sum(prompt_lengths)} tokens) and speculators finished it after its first chunk"
+        )
     return None
 
 
@@ -270,11 +272,15 @@ def probe(ctx) -> Observation:
     gen = ctx.generator
     sc = ctx.vllm_config.scheduler_config
     guard = getattr(gen.scheduler, GUARD, None)
-    facts = {"chunked_prefill_enabled": chunked(sc),
-             "max_num_batched_tokens": int(sc.max_num_batched_tokens), "max_num_seqs": int(sc.max_num_seqs)}
+    facts = {
+        "chunked_prefill_enabled": chunked(sc),
+        "max_num_batched_tokens": int(sc.max_num_batched_tokens),
+        "max_num_seqs": int(sc.max_num_seqs),
+    }
     if guard is None:
-        return Observation(CONTRACT, Attempt.failed("RuntimeError", "the shared generator has no prefill guard"),
-                           None, facts)
+        return Observation(
+            CONTRACT, Attempt.failed("RuntimeError", "the shared generator has no prefill guard"), None, facts
+        )
     batch = straddling_batch(facts["max_num_batched_tokens"], ctx.model.vocab_size)
     facts["batch"] = f"{len(batch)} prompts x {PROMPT_TOKENS} tokens = {len(batch) * PROMPT_TOKENS} tokens"
     regrouped = lambda: gen.executor_view.collective_rpc(reordered)[0]  # noqa: E731 - rank 0 captures
@@ -298,8 +304,9 @@ def probe(ctx) -> Observation:
     unshimmed = next((a for a in (straddling, one_step, repeated) if not a.ok), straddling)
     shimmed = None
     if not unshimmed.ok:
-        shimmed, _ = Attempt.run(lambda: (in_order(gen, batch), each_own(gen, unequal),
-                                          repeated_calls(gen, facts["max_num_seqs"])))
+        shimmed, _ = Attempt.run(
+            lambda: (in_order(gen, batch), each_own(gen, unequal), repeated_calls(gen, facts["max_num_seqs"]))
+        )
         facts["kept_running_shimmed"] = guard.kept - kept_before
         facts["regrouped_shimmed"] = regrouped() - regrouped_before
         facts["finished_ids_carried_shimmed"] = guard.carried - carried_before
@@ -322,65 +329,137 @@ def runner_facts(tree, used, follower) -> list[Fact]:
         read = runners.read(str(tree.root), worker)
         symbol = f"{worker}:{cls}.model_runner"
         if read.file is None:
-            facts.append(Fact(CONTRACT.id, symbol, "runner-class", f"{worker} not in these sources", None,
-                              evidence=f"{worker.replace('.', '/')}.py (no such module)"))
+            facts.append(
+                Fact(
+                    CONTRACT.id,
+                    symbol,
+                    "runner-class",
+                    f"{worker} not in these sources",
+                    None,
+                    evidence=f"{worker.replace('.', '/')}.py (no such module)",
+                )
+            )
             continue
         defaults = read.defaults
         if not defaults:
-            facts.append(Fact(CONTRACT.id, symbol, "runner-class", f"no model runner built by {worker} was found",
-                              None, evidence=f"{read.file}:1"))
+            facts.append(
+                Fact(
+                    CONTRACT.id,
+                    symbol,
+                    "runner-class",
+                    f"no model runner built by {worker} was found",
+                    None,
+                    evidence=f"{read.file}:1",
+                )
+            )
             continue
         lacking = [r for r in defaults if BATCH_ATTRIBUTE not in r.attributes]
         unreadable = [r for r in lacking if STEP_BATCH_METHOD not in r.attributes]
-        names = ", ".join(runners.describe(r) + (f" (keeps {BATCH_ATTRIBUTE})" if r not in lacking else
-                                                 f" (builds each step's batch in {STEP_BATCH_METHOD})"
-                                                 if r not in unreadable else "") for r in defaults)
+        names = ", ".join(
+            runners.describe(r)
+            + (
+                f" (keeps {BATCH_ATTRIBUTE})"
+                if r not in lacking
+                else f" (builds each step's batch in {STEP_BATCH_METHOD})"
+                if r not in unreadable
+                else ""
+            )
+            for r in defaults
+        )
         first = (lacking or defaults)[0]
         readable = not unreadable
-        facts.append(Fact(CONTRACT.id, symbol, "runner-class", f"builds {names}", not lacking, "runner-replaced",
-                          read.where_built(first.path),
-                          detail={"runners": [r.path for r in defaults], "step_order_readable": readable,
-                                  "why": (f"the worker shim reads a step's request order from "
-                                          f"worker.model_runner.{BATCH_ATTRIBUTE}.req_ids, which "
-                                          f"{', '.join(runners.describe(r) for r in lacking)} does not keep"
-                                          + ("" if readable else f", nor does it build a step batch in "
-                                                                 f"{STEP_BATCH_METHOD}: no shim reads its order"))}))
+        facts.append(
+            Fact(
+                CONTRACT.id,
+                symbol,
+                "runner-class",
+                f"builds {names}",
+                not lacking,
+                "runner-replaced",
+                read.where_built(first.path),
+                detail={
+                    "runners": [r.path for r in defaults],
+                    "step_order_readable": readable,
+                    "why": (
+                        f"the worker shim reads a step's request order from "
+                        f"worker.model_runner.{BATCH_ATTRIBUTE}.req_ids, which "
+                        f"{', '.join(runners.describe(r) for r in lacking)} does not keep"
+                        + (
+                            ""
+                            if readable
+                            else f", nor does it build a step batch in {STEP_BATCH_METHOD}: no shim reads its order"
+                        )
+                    ),
+                },
+            )
+        )
         sorting = [r for r in defaults if r.sorts_steps]
-        facts.append(Fact(CONTRACT.id, symbol, "step-order",
-                          f"sorted by scheduled token count ({runners.describe(sorting[0])})" if sorting
-                          else "the runner's persistent batch order", not sorting, "step-order-sorted",
-                          sorting[0].sorts_steps if sorting else read.where_built(defaults[0].path),
-                          detail={"step_order_readable": readable,
-                                  "why": "rows sliced in the order requests were added would belong to other prompts"
-                                         + ("" if readable else "; the runner exposes no step order to regroup by")}))
+        facts.append(
+            Fact(
+                CONTRACT.id,
+                symbol,
+                "step-order",
+                f"sorted by scheduled token count ({runners.describe(sorting[0])})"
+                if sorting
+                else "the runner's persistent batch order",
+                not sorting,
+                "step-order-sorted",
+                sorting[0].sorts_steps if sorting else read.where_built(defaults[0].path),
+                detail={
+                    "step_order_readable": readable,
+                    "why": "rows sliced in the order requests were added would belong to other prompts"
+                    + ("" if readable else "; the runner exposes no step order to regroup by"),
+                },
+            )
+        )
     return facts
 
 
 CONTRACT = Contract(
     id="chunkedprefill",
     assumes="a batch larger than one scheduler step comes back complete, each prompt's rows its own",
-    failures=(r"split across scheduler steps", r"came back with \[.*\] rows per layer", r"not in request order",
-              r"No free indices"),
-    shims=(Shim(Attach.GENERATOR, apply), Shim(Attach.BATCH_START, announce_order), Shim(Attach.WORKER, apply_worker),
-           Shim(Attach.WORKER_STATES, in_request_order), Shim(Attach.WORKER_ROWS, rows_placement),
-           Shim(Attach.WORKER_RESET, reset)),
+    failures=(
+        r"split across scheduler steps",
+        r"came back with \[.*\] rows per layer",
+        r"not in request order",
+        r"No free indices",
+    ),
+    shims=(
+        Shim(Attach.GENERATOR, apply),
+        Shim(Attach.BATCH_START, announce_order),
+        Shim(Attach.WORKER, apply_worker),
+        Shim(Attach.WORKER_STATES, in_request_order),
+        Shim(Attach.WORKER_ROWS, rows_placement),
+        Shim(Attach.WORKER_RESET, reset),
+    ),
     gate_outside="whether a batch over one step's budget is chunked or reordered is the scheduler's behaviour "
-                 "under load (defaults, queue order), not a signature: each env's run extracts such a batch",
+    "under load (defaults, queue order), not a signature: each env's run extracts such a batch",
     gate_checks=(runner_facts,),
-    gate_covers=(GateCover("runner-replaced", apply_worker,
-                           "reads each step's request order from the batch the runner builds in prepare_inputs "
-                           "(record_step_batches)",
-                           lambda f: bool(f.detail.get("step_order_readable")), "the runner builds a step batch"),
-                 GateCover("step-order-sorted", in_request_order,
-                           "regroups each step's rows per request from the order the runner captured them in "
-                           "(on the device, or placed straight into the hand-off by rows_placement)",
-                           lambda f: bool(f.detail.get("step_order_readable")), "the step's order is readable")),
-    upstream=('not one change: chunked prefill on by default in V1 (0.12.0 on in the config speculators '
-              'builds); speculators 0.4.0 fixed its own loop with per-request bookkeeping. vLLM 0.34.0 deleted the '
-              'V1 model runner (vllm/v1/worker/gpu_model_runner.py, cpu_model_runner.py, gpu_input_batch.py): the '
-              'workers build the V2 runner (vllm/v1/worker/gpu/model_runner.py; vLLM #25266 added it, #41286 tracks the migration), which builds an '
-              'InputBatch per step and sorts a step\'s requests by scheduled token count (sort_batch_req_ids); the worker '
-              'shim reads that step batch instead (record_step_batches). The V2 runners free a request\'s slot only when its id '
-              'arrives in finished_req_ids (CPURequestState.remove_request; V1 runners removed unscheduled requests '
-              'from the persistent batch every step), hence the carried finished ids'),
+    gate_covers=(
+        GateCover(
+            "runner-replaced",
+            apply_worker,
+            "reads each step's request order from the batch the runner builds in prepare_inputs (record_step_batches)",
+            lambda f: bool(f.detail.get("step_order_readable")),
+            "the runner builds a step batch",
+        ),
+        GateCover(
+            "step-order-sorted",
+            in_request_order,
+            "regroups each step's rows per request from the order the runner captured them in "
+            "(on the device, or placed straight into the hand-off by rows_placement)",
+            lambda f: bool(f.detail.get("step_order_readable")),
+            "the step's order is readable",
+        ),
+    ),
+    upstream=(
+        "not one change: chunked prefill on by default in V1 (0.12.0 on in the config speculators "
+        "builds); speculators 0.4.0 fixed its own loop with per-request bookkeeping. vLLM 0.34.0 deleted the "
+        "V1 model runner (vllm/v1/worker/gpu_model_runner.py, cpu_model_runner.py, gpu_input_batch.py): the "
+        "workers build the V2 runner (vllm/v1/worker/gpu/model_runner.py; vLLM #25266 added it, #41286 tracks the migration), which builds an "
+        "InputBatch per step and sorts a step's requests by scheduled token count (sort_batch_req_ids); the worker "
+        "shim reads that step batch instead (record_step_batches). The V2 runners free a request's slot only when its id "
+        "arrives in finished_req_ids (CPURequestState.remove_request; V1 runners removed unscheduled requests "
+        "from the persistent batch every step), hence the carried finished ids"
+    ),
 )

@@ -76,8 +76,11 @@ def worker_probe(worker, layer_ids) -> dict:
 
     model = worker.model_runner.model
     r = worker._harness_setup_attempts(layer_ids, CONTRACT.id)
-    r["facts"] = {"model": type(model).__name__, "supports_eagle3": bool(supports_eagle3(model)),
-                  "stack_patchable": patchable(model)}
+    r["facts"] = {
+        "model": type(model).__name__,
+        "supports_eagle3": bool(supports_eagle3(model)),
+        "stack_patchable": patchable(model),
+    }
     return r
 
 
@@ -121,8 +124,18 @@ def eagle3_support(tree, used, follower) -> list[Fact]:
         stack_module, stack = FAMILIES[family][0], FAMILIES[family][1]
         stack_cls = tree.lookup(f"{stack_module}.{stack}")
         missing = [a for a in STACK_ATTRS if stack_cls is None or tree.member(stack_cls, a) is None]
-        facts.append(Fact(CONTRACT.id, symbol, "interface", interface if has else f"no {interface}", has,
-                          "interface-missing", tree.where(cls), detail={"stack_missing": missing}))
+        facts.append(
+            Fact(
+                CONTRACT.id,
+                symbol,
+                "interface",
+                interface if has else f"no {interface}",
+                has,
+                "interface-missing",
+                tree.where(cls),
+                detail={"stack_missing": missing},
+            )
+        )
     return facts
 
 
@@ -133,10 +146,17 @@ CONTRACT = Contract(
     shims=(Shim(Attach.WORKER_GLOBALS, accept_patchable),),
     side="worker",
     gate_owns=(("vllm.model_executor.models.interfaces:supports_eagle3", None),),
-    gate_covers=(GateCover("interface-missing", accept_patchable,
-                           f"accepts a model without SupportsEagle3 whose decoder stack has {', '.join(STACK_ATTRS)}",
-                           lambda f: not f.detail.get("stack_missing"), "the decoder stack still has those attributes"),),
+    gate_covers=(
+        GateCover(
+            "interface-missing",
+            accept_patchable,
+            f"accepts a model without SupportsEagle3 whose decoder stack has {', '.join(STACK_ATTRS)}",
+            lambda f: not f.detail.get("stack_missing"),
+            "the decoder stack still has those attributes",
+        ),
+    ),
     gate_checks=(eagle3_support,),
-    upstream=('vLLM 0.18.0 added SupportsEagle3 to DeepseekV2/V3 and Kimi-K2.5; before, supports_eagle3() '
-              'refuses them'),
+    upstream=(
+        "vLLM 0.18.0 added SupportsEagle3 to DeepseekV2/V3 and Kimi-K2.5; before, supports_eagle3() refuses them"
+    ),
 )

@@ -52,8 +52,11 @@ def worker_probe(worker) -> dict:
         if alias is not None:
             stack.__dict__["get_input_embeddings"] = alias
     shimmed, out = Attempt.run(lambda: (alias_embeddings(stack), stack.get_input_embeddings(ids))[1])
-    facts = {"stack": type(stack).__name__, "has_get_input_embeddings": _has_own(stack, "get_input_embeddings"),
-             "has_embed_input_ids": hasattr(stack, "embed_input_ids")}
+    facts = {
+        "stack": type(stack).__name__,
+        "has_get_input_embeddings": _has_own(stack, "get_input_embeddings"),
+        "has_embed_input_ids": hasattr(stack, "embed_input_ids"),
+    }
     if out is not None and hasattr(stack, "embed_input_ids"):
         facts["alias_equals_embed_input_ids"] = bool(torch.equal(out, stack.embed_input_ids(ids)))
     return {"unshimmed": unshimmed, "shimmed": shimmed, "facts": facts}
@@ -61,8 +64,7 @@ def worker_probe(worker) -> dict:
 
 def probe(ctx) -> Observation:
     r = ctx.worker_call(worker_probe)
-    return Observation.of(CONTRACT, r["unshimmed"], r["shimmed"], r["facts"],
-                       subject=ctx.model.subject)
+    return Observation.of(CONTRACT, r["unshimmed"], r["shimmed"], r["facts"], subject=ctx.model.subject)
 
 
 # -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
@@ -81,8 +83,18 @@ def embed_method(tree, used, follower) -> list[Fact]:
             continue
         old, new = tree.member(cls, OLD_EMBED), tree.member(cls, NEW_EMBED)
         value = OLD_EMBED if old is not None else f"{NEW_EMBED} only" if new is not None else "neither"
-        facts.append(Fact(CONTRACT.id, symbol, "method", value, old is not None, "method-renamed",
-                          tree.where(old or new or cls), detail={"new_name": NEW_EMBED if new is not None else None}))
+        facts.append(
+            Fact(
+                CONTRACT.id,
+                symbol,
+                "method",
+                value,
+                old is not None,
+                "method-renamed",
+                tree.where(old or new or cls),
+                detail={"new_name": NEW_EMBED if new is not None else None},
+            )
+        )
     return facts
 
 
@@ -92,8 +104,15 @@ CONTRACT = Contract(
     failures=(r"has no attribute 'get_input_embeddings'",),
     shims=(Shim(Attach.WORKER_AFTER, apply_worker),),
     side="worker",
-    gate_covers=(GateCover("method-renamed", apply_worker, "aliases get_input_embeddings to embed_input_ids on the stack instance",
-                           lambda f: f.detail.get("new_name") == "embed_input_ids", "the stack has embed_input_ids"),),
+    gate_covers=(
+        GateCover(
+            "method-renamed",
+            apply_worker,
+            "aliases get_input_embeddings to embed_input_ids on the stack instance",
+            lambda f: f.detail.get("new_name") == "embed_input_ids",
+            "the stack has embed_input_ids",
+        ),
+    ),
     gate_checks=(embed_method,),
-    upstream='vLLM #27583 renamed get_input_embeddings to embed_input_ids (0.11.1); #30469 removed the fallback',
+    upstream="vLLM #27583 renamed get_input_embeddings to embed_input_ids (0.11.1); #30469 removed the fallback",
 )

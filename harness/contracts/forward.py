@@ -79,6 +79,7 @@ class OwnPass:
     def _record(self, k: int):
         def record(module, args, out):
             self._seen[k] = residual_stream(out)
+
         return record
 
     def forward(self, *args, **kwargs):
@@ -87,8 +88,9 @@ class OwnPass:
         if captures_here():
             missing = [k for k in self.ids if k not in self._seen]
             if missing:
-                raise RuntimeError(f"{FAILURE}: the own forward of {type(self.stack).__name__} did not run layers "
-                                   f"{missing}")
+                raise RuntimeError(
+                    f"{FAILURE}: the own forward of {type(self.stack).__name__} did not run layers {missing}"
+                )
             self.worker._store_captured_states([self._seen[k] for k in self.ids])
         self._seen = {}
         return out
@@ -159,16 +161,28 @@ def judge(own: list, spec: list, layer_ids: list[int]) -> dict:
     worst: dict = {"held": True, "ratio": 0.0}
     for k, a, b in zip(layer_ids, own, spec, strict=True):
         if a.shape != b.shape:
-            return {"held": False, "layer": k, "ratio": float("inf"),
-                    "why": f"layer {k}: shapes {tuple(a.shape)} (own) and {tuple(b.shape)} (speculators')"}
+            return {
+                "held": False,
+                "layer": k,
+                "ratio": float("inf"),
+                "why": f"layer {k}: shapes {tuple(a.shape)} (own) and {tuple(b.shape)} (speculators')",
+            }
         x, y = a.float(), b.float()
         diff = float((x - y).abs().max()) if x.numel() else 0.0
         magnitude = float(x.abs().max()) if x.numel() else 0.0
         bound = ULPS * float(torch.finfo(a.dtype).eps) * max(magnitude, 1.0)
         ratio = diff / bound
         if ratio >= worst["ratio"]:
-            worst = {"held": diff <= bound, "layer": k, "ratio": ratio, "max_abs_diff": diff, "bound": bound,
-                     "magnitude": magnitude, "dtype": str(a.dtype).replace("torch.", ""), "rows": int(a.shape[0])}
+            worst = {
+                "held": diff <= bound,
+                "layer": k,
+                "ratio": ratio,
+                "max_abs_diff": diff,
+                "bound": bound,
+                "magnitude": magnitude,
+                "dtype": str(a.dtype).replace("torch.", ""),
+                "rows": int(a.shape[0]),
+            }
     return worst
 
 
@@ -187,7 +201,9 @@ def entry_step(own, spec) -> str | None:
         return None
     scale = float((x * y).sum() / (y * y).sum()) if float((y * y).sum()) else float("nan")
     if float((x - scale * y).abs().max()) <= bound * max(abs(scale), 1.0):
-        return f"its own forward scales the embeddings by {scale:.4g} before the first layer; speculators' loop does not"
+        return (
+            f"its own forward scales the embeddings by {scale:.4g} before the first layer; speculators' loop does not"
+        )
     return "its own forward changes the embeddings before the first layer in a way speculators' loop does not"
 
 
@@ -195,9 +211,11 @@ def describe(result: dict, stack: str) -> str:
     if "why" in result:
         return f"speculators' replacement forward and {stack}.forward disagree: {result['why']}"
     step = result.get("entry_step") or "it skips a step of this model's own forward after the embedding"
-    return (f"speculators' replacement forward differs from {stack}.forward by {result['max_abs_diff']:.3g} at layer "
-            f"{result['layer']} (states up to {result['magnitude']:.3g}, bound {result['bound']:.3g} = {ULPS} ulp of "
-            f"{result['dtype']}): {step}")
+    return (
+        f"speculators' replacement forward differs from {stack}.forward by {result['max_abs_diff']:.3g} at layer "
+        f"{result['layer']} (states up to {result['magnitude']:.3g}, bound {result['bound']:.3g} = {ULPS} ulp of "
+        f"{result['dtype']}): {step}"
+    )
 
 
 def compare(generator, prompt: list[int]) -> tuple[dict, dict]:
@@ -259,8 +277,10 @@ CONTRACT = Contract(
     native_says="speculators' replacement forward gives the model's own layer outputs (bitwise or within the bound)",
     broken_says="speculators' fault: its replacement forward skips a step of this model's own forward",
     gate_outside="the equivalence of two forwards is observed by running both on the engine; sources cannot decide it",
-    upstream=("not a vLLM change: speculators 0.3.0's replacement loop (custom_worker._patched_forward) assumes "
-              "every stack is embed -> layers -> norm; Gemma2Model.forward scaled the embeddings by sqrt(hidden_size) "
-              "after embed_input_ids from the model's addition (vllm-project/vllm#5908) until vLLM 0.18 moved the "
-              "scale into embed_input_ids (vllm-project/vllm#36787)"),
+    upstream=(
+        "not a vLLM change: speculators 0.3.0's replacement loop (custom_worker._patched_forward) assumes "
+        "every stack is embed -> layers -> norm; Gemma2Model.forward scaled the embeddings by sqrt(hidden_size) "
+        "after embed_input_ids from the model's addition (vllm-project/vllm#5908) until vLLM 0.18 moved the "
+        "scale into embed_input_ids (vllm-project/vllm#36787)"
+    ),
 )

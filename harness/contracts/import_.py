@@ -70,13 +70,14 @@ def _fresh_import(with_shim: bool) -> tuple[Attempt, bool]:
     """speculators' import in a fresh interpreter, and whether `needed()` said yes there. Cached for the
     session: the probe and the shim proof ask the same question of the same installation, and each answer
     costs an interpreter that imports torch, transformers and vLLM."""
-    proc = subprocess.run([sys.executable, "-c", _CHILD.replace("WITH_SHIM", str(with_shim))], capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD.replace("WITH_SHIM", str(with_shim))], capture_output=True, text=True, timeout=600
+    )
     line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("HARNESS-IMPORT ")), None)
     if line is None:  # the interpreter died before it could say (a crash in an extension, say)
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         return Attempt.failed("ChildDied", f"exit code {proc.returncode}: {tail}", raised_at="import " + TARGET), False
-    out = json.loads(line[len("HARNESS-IMPORT "):])
+    out = json.loads(line[len("HARNESS-IMPORT ") :])
     attempt = Attempt(True) if out["ok"] else Attempt.failed(out["kind"], out["message"], raised_at="import " + TARGET)
     return attempt, bool(out["needed"])
 
@@ -91,7 +92,9 @@ def probe(ctx=None) -> Observation:
     shimmed = None if unshimmed.ok else _fresh_import(True)[0]
     import transformers
 
-    return Observation(CONTRACT, unshimmed, shimmed, {"transformers": transformers.__version__, "shim_selected": selected})
+    return Observation(
+        CONTRACT, unshimmed, shimmed, {"transformers": transformers.__version__, "shim_selected": selected}
+    )
 
 
 CONTRACT = Contract(
@@ -100,7 +103,9 @@ CONTRACT = Contract(
     failures=(r"name 'torch' is not defined",),
     shims=(Shim(Attach.IMPORT, apply_import),),
     gate_outside="speculators' own import depends on the installed transformers, which vLLM's Python sources do "
-                 "not pin; each env's conformance run checks it",
-    upstream=('transformers 5 annotates PretrainedConfig.dtype with torch.dtype without importing torch there; '
-              'first seen with the transformers vLLM 0.20.0 installs (CPU matrix)'),
+    "not pin; each env's conformance run checks it",
+    upstream=(
+        "transformers 5 annotates PretrainedConfig.dtype with torch.dtype without importing torch there; "
+        "first seen with the transformers vLLM 0.20.0 installs (CPU matrix)"
+    ),
 )

@@ -81,10 +81,10 @@ def probe(ctx) -> Observation:
     if r.get("not_applicable"):
         from harness.contracts.base import Attempt
 
-        return Observation(CONTRACT, Attempt(True), None, r["facts"], not_applicable=r["not_applicable"],
-                           subject=ctx.model.subject)
-    return Observation.of(CONTRACT, r["unshimmed"], r["shimmed"], r["facts"],
-                       subject=ctx.model.subject)
+        return Observation(
+            CONTRACT, Attempt(True), None, r["facts"], not_applicable=r["not_applicable"], subject=ctx.model.subject
+        )
+    return Observation.of(CONTRACT, r["unshimmed"], r["shimmed"], r["facts"], subject=ctx.model.subject)
 
 
 # -- the static gate's check (harness.gate reads vLLM's sources with it, never imports them) ----------------
@@ -116,8 +116,9 @@ def kimi_stack_path(tree, used, follower) -> list[Fact]:
         target = tree.lookup(f"{module}.{callee}")
         if target is not None and target.is_class and tree.member(target, "layers") is not None:
             path = "language_model"
-        elif (target is not None and target.is_class and tree.member(target, "model") is not None) or \
-                callee.endswith("init_vllm_registered_model"):
+        elif (target is not None and target.is_class and tree.member(target, "model") is not None) or callee.endswith(
+            "init_vllm_registered_model"
+        ):
             path = "language_model.model"  # a registered *ForCausalLM wrapper: its stack is .model
         else:
             path = None
@@ -126,8 +127,18 @@ def kimi_stack_path(tree, used, follower) -> list[Fact]:
         path, line = None, node.lineno
     if path is None:
         return [not_found(CONTRACT.id, symbol, "stack-path", "a recognisable decoder stack")]
-    return [Fact(CONTRACT.id, symbol, "stack-path", path, path == "model", "stack-moved",
-                 tree.where(init, line), detail={"path": path})]
+    return [
+        Fact(
+            CONTRACT.id,
+            symbol,
+            "stack-path",
+            path,
+            path == "model",
+            "stack-moved",
+            tree.where(init, line),
+            detail={"path": path},
+        )
+    ]
 
 
 CONTRACT = Contract(
@@ -136,9 +147,15 @@ CONTRACT = Contract(
     failures=(r"has no attribute 'model'",),
     shims=(Shim(Attach.WORKER, apply_worker),),
     side="worker",
-    gate_covers=(GateCover("stack-moved", apply_worker,
-                           "finds the decoder stack at a known path and aliases it as model.model on the instance",
-                           lambda f: f.detail.get("path") in CANDIDATES, f"the stack is at one of {', '.join(CANDIDATES)}"),),
+    gate_covers=(
+        GateCover(
+            "stack-moved",
+            apply_worker,
+            "finds the decoder stack at a known path and aliases it as model.model on the instance",
+            lambda f: f.detail.get("path") in CANDIDATES,
+            f"the stack is at one of {', '.join(CANDIDATES)}",
+        ),
+    ),
     gate_checks=(kimi_stack_path,),
-    upstream='Kimi-K2.5 support (vLLM 0.16.0) keeps the decoder stack under language_model, not model',
+    upstream="Kimi-K2.5 support (vLLM 0.16.0) keeps the decoder stack under language_model, not model",
 )

@@ -63,8 +63,12 @@ def _call(helpers: dict, ctx, keywords: list[str]):
     spec = ctx.kv_cache_spec()
     helpers["unify_hybrid_kv_cache_specs"](spec)
     groups = helpers["_get_kv_cache_groups_uniform_spec"](spec)
-    values = {"vllm_config": ctx.vllm_config, "kv_cache_groups": groups, "kv_cache_specs": spec,
-              "available_memory": 64 << 20}
+    values = {
+        "vllm_config": ctx.vllm_config,
+        "kv_cache_groups": groups,
+        "kv_cache_specs": spec,
+        "available_memory": 64 << 20,
+    }
     return helpers["get_kv_cache_config_from_groups"](**{k: values[k] for k in keywords})
 
 
@@ -107,15 +111,24 @@ CONTRACT = Contract(
     shims=(Shim(Attach.GENERATOR, apply), Shim(Attach.IMPORT, install_import_aliases)),
     gate_owns=((f"{OLD_HOME}:*", None),),
     gate_covers=(
-        GateCover("keyword-removed", apply,
-                  "wraps get_kv_cache_config_from_groups and passes only the keywords the installed helper takes",
-                  lambda f: ":get_kv_cache_config_from_groups(" in f.symbol, "the helper is get_kv_cache_config_from_groups"),
-        GateCover("import-moved", install_import_aliases,
-                  "sets each helper that left kv_cache_utils back on kv_cache_utils from its new home, so "
-                  "speculators' import works",
-                  lambda f: f.detail.get("moved_to") in NEW_HOMES and f.detail.get("name") in HELPERS,
-                  f"the helper moved to one of {', '.join(NEW_HOMES)}"),
+        GateCover(
+            "keyword-removed",
+            apply,
+            "wraps get_kv_cache_config_from_groups and passes only the keywords the installed helper takes",
+            lambda f: ":get_kv_cache_config_from_groups(" in f.symbol,
+            "the helper is get_kv_cache_config_from_groups",
+        ),
+        GateCover(
+            "import-moved",
+            install_import_aliases,
+            "sets each helper that left kv_cache_utils back on kv_cache_utils from its new home, so "
+            "speculators' import works",
+            lambda f: f.detail.get("moved_to") in NEW_HOMES and f.detail.get("name") in HELPERS,
+            f"the helper moved to one of {', '.join(NEW_HOMES)}",
+        ),
     ),
-    upstream=('vLLM 0.12.0 dropped the kv_cache_specs keyword of get_kv_cache_config_from_groups; after 0.32 '
-              'the helpers move to kv_cache_planning (seen by the gate)'),
+    upstream=(
+        "vLLM 0.12.0 dropped the kv_cache_specs keyword of get_kv_cache_config_from_groups; after 0.32 "
+        "the helpers move to kv_cache_planning (seen by the gate)"
+    ),
 )

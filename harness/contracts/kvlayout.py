@@ -55,8 +55,11 @@ def resolve_layout(real_executor, vllm_config) -> str | None:
     if not needed(vllm_config):
         return None
     specs = real_executor.collective_rpc("get_kv_cache_spec")
-    layout = _resolver()(vllm_config, real_executor.collective_rpc("get_supported_kv_cache_layouts"),
-                         [s for per_rank in specs for s in per_rank.values()])
+    layout = _resolver()(
+        vllm_config,
+        real_executor.collective_rpc("get_supported_kv_cache_layouts"),
+        [s for per_rank in specs for s in per_rank.values()],
+    )
     interleave = getattr(vllm_config.parallel_config, "cp_kv_cache_interleave_size", None)
     if interleave is not None and _takes_interleave():  # 0.34: the workers take the context-parallel interleave too
         real_executor.collective_rpc("set_kv_cache_layout", args=(layout.name, interleave))
@@ -97,8 +100,11 @@ def probe(ctx) -> Observation:
         return Observation(CONTRACT, Attempt(True), None, {"layout_resolution": "absent in this vLLM"})
     unshimmed, _ = Attempt.run(cc.get_resolved_kv_cache_layout)
     shimmed, layout = Attempt.run(ctx.vllm_config.cache_config.get_resolved_kv_cache_layout)
-    facts = {"resolved_layout": str(layout) if layout is not None else None, "shim_selected": needed(fresh),
-             "extensible_kv_cache": extensible(fresh) if hasattr(cc, "enable_extensible_kv_cache") else "absent"}
+    facts = {
+        "resolved_layout": str(layout) if layout is not None else None,
+        "shim_selected": needed(fresh),
+        "extensible_kv_cache": extensible(fresh) if hasattr(cc, "enable_extensible_kv_cache") else "absent",
+    }
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
 
 
@@ -117,11 +123,20 @@ def kv_layout_resolution(tree, used, follower) -> list[Fact]:
     lines = tree.string_lines(CACHE_CONFIG, LAYOUT_UNRESOLVED)
     resolver = tree.module_file(LAYOUT_RESOLVER)
     has_resolver = resolver is not None and any(
-        isinstance(n, ast.FunctionDef) and n.name == "resolve_kv_cache_layout" for n in _parse(str(resolver)).body)
-    return [Fact(CONTRACT.id, f"{CACHE_CONFIG}:CacheConfig.get_resolved_kv_cache_layout", "layout",
-                 "must be resolved by EngineCore first" if lines else "no resolution step", not lines,
-                 "layout-resolution-required", f"{f.relative_to(tree.root)}:{lines[0] if lines else 1}",
-                 detail={"resolver_present": has_resolver})]
+        isinstance(n, ast.FunctionDef) and n.name == "resolve_kv_cache_layout" for n in _parse(str(resolver)).body
+    )
+    return [
+        Fact(
+            CONTRACT.id,
+            f"{CACHE_CONFIG}:CacheConfig.get_resolved_kv_cache_layout",
+            "layout",
+            "must be resolved by EngineCore first" if lines else "no resolution step",
+            not lines,
+            "layout-resolution-required",
+            f"{f.relative_to(tree.root)}:{lines[0] if lines else 1}",
+            detail={"resolver_present": has_resolver},
+        )
+    ]
 
 
 #: EngineCore set-up steps speculators does its own way, with how (read from its generator).
@@ -129,7 +144,7 @@ SPECULATORS_OWN_WAY = {
     "determine_available_memory": "speculators sizes the KV cache itself from torch.cuda.mem_get_info (C-memory)",
     "compile_or_warm_up_model": "speculators builds the model with enforce_eager=True: nothing to compile or capture",
     "update_max_model_len": "speculators passes max_model_len itself (2048 by default); EngineCore changes it, and "
-                            "tells the workers, only when it auto-fits a max_model_len of -1",
+    "tells the workers, only when it auto-fits a max_model_len of -1",
 }
 
 
@@ -164,12 +179,24 @@ def setup_steps(tree, used, follower) -> list[Fact]:
             made_by = None
         turned_off = made_by is None and "extensible" in (step.condition or "")
         value = f"EngineCore calls {step.describe()}; " + (made_by or "neither speculators nor a harness shim does")
-        facts.append(Fact(CONTRACT.id, f"{symbol} -> executor.{step.name}()", "setup-step", value, made_by is not None,
-                          EXTENSIBLE_STEP if turned_off else "setup-step-skipped", f"{rel}:{step.line}",
-                          detail={"condition": step.condition, "turned_off_by": shims.get("disable_extensible_kv_cache"),
-                                  "why": f"EngineCore's set-up calls {step.describe()} between building the "
-                                         f"executor and the first step; speculators' generator skips it and no "
-                                         f"shim replays it"}))
+        facts.append(
+            Fact(
+                CONTRACT.id,
+                f"{symbol} -> executor.{step.name}()",
+                "setup-step",
+                value,
+                made_by is not None,
+                EXTENSIBLE_STEP if turned_off else "setup-step-skipped",
+                f"{rel}:{step.line}",
+                detail={
+                    "condition": step.condition,
+                    "turned_off_by": shims.get("disable_extensible_kv_cache"),
+                    "why": f"EngineCore's set-up calls {step.describe()} between building the "
+                    f"executor and the first step; speculators' generator skips it and no "
+                    f"shim replays it",
+                },
+            )
+        )
     return facts
 
 
@@ -178,17 +205,29 @@ CONTRACT = Contract(
     assumes="the KV cache needs no EngineCore set-up step speculators skips (layout resolution, extension)",
     failures=(r"KV cache layout has not been resolved",),
     shims=(Shim(Attach.EXECUTOR, apply_executor), Shim(Attach.EXECUTOR, no_extensible_cache)),
-    gate_covers=(GateCover("layout-resolution-required", apply_executor,
-                           "resolves the layout from the workers' supported layouts and KV-cache specs and publishes it, "
-                           "as EngineCore does",
-                           lambda f: bool(f.detail.get("resolver_present")), "resolve_kv_cache_layout exists"),
-                 GateCover(EXTENSIBLE_STEP, no_extensible_cache,
-                           "turns the extensible KV cache off on the executor and every worker right after start "
-                           "(EngineCore's own path where it is unsupported), so this step has nothing to do",
-                           lambda f: bool(f.detail.get("turned_off_by")), "the shim calls disable_extensible_kv_cache")),
+    gate_covers=(
+        GateCover(
+            "layout-resolution-required",
+            apply_executor,
+            "resolves the layout from the workers' supported layouts and KV-cache specs and publishes it, "
+            "as EngineCore does",
+            lambda f: bool(f.detail.get("resolver_present")),
+            "resolve_kv_cache_layout exists",
+        ),
+        GateCover(
+            EXTENSIBLE_STEP,
+            no_extensible_cache,
+            "turns the extensible KV cache off on the executor and every worker right after start "
+            "(EngineCore's own path where it is unsupported), so this step has nothing to do",
+            lambda f: bool(f.detail.get("turned_off_by")),
+            "the shim calls disable_extensible_kv_cache",
+        ),
+    ),
     gate_checks=(kv_layout_resolution, setup_steps),
-    upstream=('vLLM #51718 (KV-cache layout standardisation, RFC #42082) made the layout a value EngineCore '
-              'resolves and publishes once (first seen at 0.30.0); the extensible KV cache, on by default on '
-              'CUDA/ROCm in 0.34.0 (vllm/config/cache.py, vllm/v1/worker/extensible_kv_cache.py), added '
-              'finalize_extensible_kv_cache + executor.extend_kv_cache to EngineCore._initialize_kv_caches'),
+    upstream=(
+        "vLLM #51718 (KV-cache layout standardisation, RFC #42082) made the layout a value EngineCore "
+        "resolves and publishes once (first seen at 0.30.0); the extensible KV cache, on by default on "
+        "CUDA/ROCm in 0.34.0 (vllm/config/cache.py, vllm/v1/worker/extensible_kv_cache.py), added "
+        "finalize_extensible_kv_cache + executor.extend_kv_cache to EngineCore._initialize_kv_caches"
+    ),
 )

@@ -26,7 +26,7 @@ def worker_probe(worker) -> dict:
     from harness.contracts.kimistack import decoder_stack
 
     stack = decoder_stack(worker.model_runner.model)
-    layers = list(stack.layers)[stack.start_layer:stack.end_layer]
+    layers = list(stack.layers)[stack.start_layer : stack.end_layer]
     kinds: dict[str, dict] = {}
     failure = None
     for layer in layers:
@@ -40,14 +40,17 @@ def worker_probe(worker) -> dict:
             sig.bind(**{p: None for p in PASSED})
         except TypeError as exc:
             failure = failure or Attempt.failed("TypeError", f"{name}.forward{sig}: {exc}")
-    config = getattr(worker.model_runner.model_config, "hf_text_config", None) or worker.model_runner.model_config.hf_config
+    config = (
+        getattr(worker.model_runner.model_config, "hf_text_config", None) or worker.model_runner.model_config.hf_config
+    )
     facts = {"layers": kinds}
     for param, key in CONFIG_GATED.items():
         value = getattr(config, key, None)
         facts[f"config_{key}"] = value
         if failure is None and value and any(param in k["not_passed"] for k in kinds.values()):
-            failure = Attempt.failed("SilentDivergence", f"the stack passes {param} (set in this config); "
-                                     "speculators' patched loop does not")
+            failure = Attempt.failed(
+                "SilentDivergence", f"the stack passes {param} (set in this config); speculators' patched loop does not"
+            )
     return {"unshimmed": failure or Attempt(True), "facts": facts}
 
 
@@ -93,9 +96,18 @@ def layer_calls(tree, used, follower) -> list[Fact]:
         # computes; were any passed, speculators' replacement forward would refuse them loudly.
         forwarded = {f"**{p.name}" for p in forward.parameters if p.kind.value == "variadic keyword"}
         extra = sorted(set(passed) - passes - forwarded)
-        facts.append(Fact(CONTRACT.id, f"{module}:{stack}.forward", "layer-call", ", ".join(passed),
-                          not extra, "layer-call-extended", tree.where(forward, own[0].lineno),
-                          detail={"not_passed_by_speculators": extra}))
+        facts.append(
+            Fact(
+                CONTRACT.id,
+                f"{module}:{stack}.forward",
+                "layer-call",
+                ", ".join(passed),
+                not extra,
+                "layer-call-extended",
+                tree.where(forward, own[0].lineno),
+                detail={"not_passed_by_speculators": extra},
+            )
+        )
         ref = Ref(f"{module}:{layer_cls}", "().forward", layer_fwd, bound=True)
         for call in spec_calls:
             facts += call_facts(tree, ref, call, CONTRACT.id)
@@ -108,13 +120,17 @@ CONTRACT = Contract(
     failures=(r"TypeError: .*(missing|unexpected)",),
     shims=(),
     side="worker",
-    gate_covers=(GateCover("layer-call-extended", worker_probe,
-                           "not a shim: the extra argument only carries a value when the checkpoint's config sets the "
-                           "matching key, and the given checkpoint config (--model-config) sets none of them; the "
-                           "runtime probe guards the rest",
-                           _config_gated_and_unset,
-                           f"the extras are config-gated ({', '.join(CONFIG_GATED)}) and --model-config leaves them unset"),),
+    gate_covers=(
+        GateCover(
+            "layer-call-extended",
+            worker_probe,
+            "not a shim: the extra argument only carries a value when the checkpoint's config sets the "
+            "matching key, and the given checkpoint config (--model-config) sets none of them; the "
+            "runtime probe guards the rest",
+            _config_gated_and_unset,
+            f"the extras are config-gated ({', '.join(CONFIG_GATED)}) and --model-config leaves them unset",
+        ),
+    ),
     gate_checks=(layer_calls,),
-    upstream=('DeepseekV2 decoder layers take llama_4_scaling when the config sets it (vLLM 0.12.0, seen by the'
-              ' gate)'),
+    upstream=("DeepseekV2 decoder layers take llama_4_scaling when the config sets it (vLLM 0.12.0, seen by the gate)"),
 )

@@ -59,8 +59,17 @@ def memory_budget(tree, used, follower) -> list[Fact]:
     if cls is None:
         return [not_found(CONTRACT.id, symbol, "shim-dependency", cls_name)]
     fn = tree.member(cls, method)
-    return [Fact(CONTRACT.id, symbol, "shim-dependency", "present" if fn is not None else "absent",
-                 fn is not None, "shim-dependency-missing", tree.where(fn if fn is not None else cls))]
+    return [
+        Fact(
+            CONTRACT.id,
+            symbol,
+            "shim-dependency",
+            "present" if fn is not None else "absent",
+            fn is not None,
+            "shim-dependency-missing",
+            tree.where(fn if fn is not None else cls),
+        )
+    ]
 
 
 CONTRACT = Contract(
@@ -69,5 +78,5 @@ CONTRACT = Contract(
     failures=(r"(RuntimeError|AssertionError|AcceleratorError): .*(CUDA|NVIDIA|driver|GPU)",),
     shims=(Shim(Attach.GENERATOR, apply),),
     gate_checks=(memory_budget,),
-    upstream='not a vLLM change: CPU builds have no torch.cuda.mem_get_info (every CPU build of the matrix)',
+    upstream="not a vLLM change: CPU builds have no torch.cuda.mem_get_info (every CPU build of the matrix)",
 )

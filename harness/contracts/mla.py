@@ -38,7 +38,11 @@ def _backend_enum(name: str | None):
         return None
     import importlib
 
-    for module in ("vllm.v1.attention.backends.registry", "vllm.attention.backends.registry", "vllm.platforms.interface"):
+    for module in (
+        "vllm.v1.attention.backends.registry",
+        "vllm.attention.backends.registry",
+        "vllm.platforms.interface",
+    ):
         try:
             return importlib.import_module(module).AttentionBackendEnum[name]
         except (ImportError, AttributeError, KeyError):
@@ -46,8 +50,9 @@ def _backend_enum(name: str | None):
     return None
 
 
-def select_backend(head_size: int, dtype=None, use_mla: bool = False, backend: str | None = None,
-                   block_size: int = 16) -> str:
+def select_backend(
+    head_size: int, dtype=None, use_mla: bool = False, backend: str | None = None, block_size: int = 16
+) -> str:
     """Ask the installed platform which attention backend it would use; its class path, or what it raises.
 
     The selector's signature changed across versions (a NamedTuple of fields from 0.16); arguments are
@@ -56,9 +61,18 @@ def select_backend(head_size: int, dtype=None, use_mla: bool = False, backend: s
     from vllm.platforms import current_platform
 
     fn = current_platform.get_attn_backend_cls
-    values = {"selected_backend": _backend_enum(backend), "head_size": int(head_size),
-              "dtype": dtype or torch.bfloat16, "kv_cache_dtype": "auto", "block_size": block_size, "use_v1": True,
-              "use_mla": use_mla, "has_sink": False, "use_sparse": False, "use_mm_prefix": False}
+    values = {
+        "selected_backend": _backend_enum(backend),
+        "head_size": int(head_size),
+        "dtype": dtype or torch.bfloat16,
+        "kv_cache_dtype": "auto",
+        "block_size": block_size,
+        "use_v1": True,
+        "use_mla": use_mla,
+        "has_sink": False,
+        "use_sparse": False,
+        "use_mm_prefix": False,
+    }
     kwargs = {}
     for name, param in inspect.signature(fn).parameters.items():
         annotation = _resolve(fn, param.annotation)
@@ -93,22 +107,35 @@ def _resolve(fn, annotation):
 
 def select_mla_backend(text_config: dict, backend: str | None = None) -> str:
     """The platform's MLA backend for the model's latent head size (kv_lora_rank + qk_rope_head_dim)."""
-    return select_backend(int(text_config["kv_lora_rank"]) + int(text_config["qk_rope_head_dim"]), use_mla=True,
-                          backend=backend)
+    return select_backend(
+        int(text_config["kv_lora_rank"]) + int(text_config["qk_rope_head_dim"]), use_mla=True, backend=backend
+    )
 
 
-def probe(subject: str, text_config: dict, started_with_env: bool, start_attempt: Attempt,
-          backend: str | None = None, mla_start: Attempt | None = None) -> Observation:
+def probe(
+    subject: str,
+    text_config: dict,
+    started_with_env: bool,
+    start_attempt: Attempt,
+    backend: str | None = None,
+    mla_start: Attempt | None = None,
+) -> Observation:
     """`start_attempt`: the shared generator's start; `started_with_env`: whether it needed VLLM_MLA_DISABLE;
     `mla_start`: a start with MLA on that failed although the selector offered an MLA backend."""
     if not is_mla(text_config):
         return Observation(CONTRACT, Attempt(True), None, {}, not_applicable="model has no MLA", subject=subject)
     unshimmed, chosen = Attempt.run(lambda: select_mla_backend(text_config, backend))
     if unshimmed.ok and mla_start is not None and not mla_start.ok:
-        unshimmed = Attempt.failed("RuntimeError", f"the selector offers {chosen}, but the executor did not start "
-                                   f"with MLA on: {mla_start.text}")
-    facts = {"head_size": int(text_config["kv_lora_rank"]) + int(text_config["qk_rope_head_dim"]),
-             "requested_backend": backend, "selected_backend": chosen, "ran_with_VLLM_MLA_DISABLE": started_with_env}
+        unshimmed = Attempt.failed(
+            "RuntimeError",
+            f"the selector offers {chosen}, but the executor did not start with MLA on: {mla_start.text}",
+        )
+    facts = {
+        "head_size": int(text_config["kv_lora_rank"]) + int(text_config["qk_rope_head_dim"]),
+        "requested_backend": backend,
+        "selected_backend": chosen,
+        "ran_with_VLLM_MLA_DISABLE": started_with_env,
+    }
     if unshimmed.ok and started_with_env:
         unshimmed = Attempt.failed("RuntimeError", "selector offers MLA, but the executor did not start with it")
     return Observation.of(CONTRACT, unshimmed, start_attempt, facts, subject=subject)
@@ -161,18 +188,27 @@ def start_in_child(model_path, options: dict) -> Attempt:
     import subprocess
     import sys
 
-    code = ("import json; from harness.runtime.generator import HarnessGenerator, Options; "
-            f"g = HarnessGenerator({str(model_path)!r}, [0], max_model_len=64, "
-            f"options=Options(**json.loads({json.dumps(options)!r}))); g.close(); "
-            "print('STARTED')")
+    code = (
+        "import json; from harness.runtime.generator import HarnessGenerator, Options; "
+        f"g = HarnessGenerator({str(model_path)!r}, [0], max_model_len=64, "
+        f"options=Options(**json.loads({json.dumps(options)!r}))); g.close(); "
+        "print('STARTED')"
+    )
     env = {k: v for k, v in os.environ.items() if k != ENV}
-    proc = subprocess.run([sys.executable, "-c", f"if __name__ == '__main__':\n    {code}"], capture_output=True,
-                          text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", f"if __name__ == '__main__':\n    {code}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     if "STARTED" in proc.stdout:
         return Attempt(True)
     tail = [line for line in (proc.stdout + proc.stderr).splitlines() if "Error" in line]
-    return Attempt.failed("RuntimeError", "the executor did not start with MLA on: "
-                          + (summarize(tail[-1], 300) if tail else f"exit {proc.returncode}"))
+    return Attempt.failed(
+        "RuntimeError",
+        "the executor did not start with MLA on: " + (summarize(tail[-1], 300) if tail else f"exit {proc.returncode}"),
+    )
 
 
 def start(model, start_fn, backend: str | None = None):
@@ -202,16 +238,33 @@ def mla_platform(tree, used, follower) -> list[Fact]:
     env_lines = tree.string_lines(ENVS, ENV)
     envs = tree.module_file(ENVS)
     env_where = f"{envs.relative_to(tree.root)}:{env_lines[0]}" if env_lines else None
-    facts = [Fact(CONTRACT.id, f"{ENVS}:{ENV}", "shim-dependency", "defined" if env_lines else "absent",
-                  bool(env_lines), "shim-dependency-missing", env_where)]
+    facts = [
+        Fact(
+            CONTRACT.id,
+            f"{ENVS}:{ENV}",
+            "shim-dependency",
+            "defined" if env_lines else "absent",
+            bool(env_lines),
+            "shim-dependency-missing",
+            env_where,
+        )
+    ]
     rejects = tree.string_lines(CPU_PLATFORM, MLA_REJECTED)
     cpu = tree.module_file(CPU_PLATFORM)
     if cpu is None:
         return facts + [not_found(CONTRACT.id, f"{CPU_PLATFORM} (MLA)", "platform", "the CPU platform")]
-    facts.append(Fact(CONTRACT.id, f"{CPU_PLATFORM} (MLA)", "platform",
-                      "rejects MLA" if rejects else "does not reject MLA", not rejects, "platform-rejects-mla",
-                      f"{cpu.relative_to(tree.root)}:{rejects[0] if rejects else 1}",
-                      detail={"env_defined": bool(env_lines)}))
+    facts.append(
+        Fact(
+            CONTRACT.id,
+            f"{CPU_PLATFORM} (MLA)",
+            "platform",
+            "rejects MLA" if rejects else "does not reject MLA",
+            not rejects,
+            "platform-rejects-mla",
+            f"{cpu.relative_to(tree.root)}:{rejects[0] if rejects else 1}",
+            detail={"env_defined": bool(env_lines)},
+        )
+    )
     return facts
 
 
@@ -219,16 +272,27 @@ CONTRACT = Contract(
     id="mla",
     assumes="MLA attention runs on this platform (no VLLM_MLA_DISABLE needed)",
     # vLLM 0.28's CPU MLA backend imports a flash-attn varlen helper from fa_utils that CPU builds lack.
-    failures=(r"MLA is not supported on", r"MLA.*(not supported|unsupported)",
-              r"cannot import name '\w*flash_attn\w*' from 'vllm\.v1\.attention\.backends\.fa_utils'",
-              # vLLM 0.34's CPU MLA backend (AMX) takes bfloat16 weights only; the suite's tiny models run in float32.
-              r"expect weight to be bfloat16"),
+    failures=(
+        r"MLA is not supported on",
+        r"MLA.*(not supported|unsupported)",
+        r"cannot import name '\w*flash_attn\w*' from 'vllm\.v1\.attention\.backends\.fa_utils'",
+        # vLLM 0.34's CPU MLA backend (AMX) takes bfloat16 weights only; the suite's tiny models run in float32.
+        r"expect weight to be bfloat16",
+    ),
     shims=(Shim(Attach.ENV, apply_env, note=f"{ENV}=1"),),
-    gate_covers=(GateCover("platform-rejects-mla", apply_env,
-                           "runs with VLLM_MLA_DISABLE=1: vLLM expands MLA to multi-head attention over the same weights",
-                           lambda f: bool(f.detail.get("env_defined")), "vllm.envs still defines VLLM_MLA_DISABLE"),),
+    gate_covers=(
+        GateCover(
+            "platform-rejects-mla",
+            apply_env,
+            "runs with VLLM_MLA_DISABLE=1: vLLM expands MLA to multi-head attention over the same weights",
+            lambda f: bool(f.detail.get("env_defined")),
+            "vllm.envs still defines VLLM_MLA_DISABLE",
+        ),
+    ),
     gate_checks=(mla_platform,),
-    upstream=("CPU builds before 0.32.0 have no MLA backend; 0.28.0's CPU MLA backend imports a flash-attn "
-              "helper CPU builds lack; 0.34.0's CPU MLA backend is AMXMLABackend (vllm/v1/attention/backends/mla/"
-              "amx_mla.py, supported_dtypes bfloat16 only)"),
+    upstream=(
+        "CPU builds before 0.32.0 have no MLA backend; 0.28.0's CPU MLA backend imports a flash-attn "
+        "helper CPU builds lack; 0.34.0's CPU MLA backend is AMXMLABackend (vllm/v1/attention/backends/mla/"
+        "amx_mla.py, supported_dtypes bfloat16 only)"
+    ),
 )

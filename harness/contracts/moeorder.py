@@ -136,9 +136,15 @@ def worker_probe(worker) -> dict:
             continue
         differ = _differing(found)
         facts[f"{label}_differing_layouts"] = differ
-        attempts[label] = Attempt(True) if differ == 0 else Attempt.failed(
-            FAILURE, f"{differ} of {CALLS - 1} further calls of {ALIGNER} gave another layout of the same routing "
-                     f"({TOKENS} tokens, top-{facts['top_k']} of {facts['experts']} experts)")
+        attempts[label] = (
+            Attempt(True)
+            if differ == 0
+            else Attempt.failed(
+                FAILURE,
+                f"{differ} of {CALLS - 1} further calls of {ALIGNER} gave another layout of the same routing "
+                f"({TOKENS} tokens, top-{facts['top_k']} of {facts['experts']} experts)",
+            )
+        )
     return {**attempts, "facts": facts}
 
 

@@ -98,8 +98,17 @@ def prefix_caching(tree, used, follower) -> list[Fact]:
     attr, on = caching(tree, used, follower)
     if attr is None:
         return [not_found(CONTRACT.id, symbol, "default", "CacheConfig.enable_prefix_caching")]
-    return [Fact(CONTRACT.id, symbol, "default", f"default {_default(attr)}", not on, "default-changed",
-                 tree.where(attr, attr.lineno))]
+    return [
+        Fact(
+            CONTRACT.id,
+            symbol,
+            "default",
+            f"default {_default(attr)}",
+            not on,
+            "default-changed",
+            tree.where(attr, attr.lineno),
+        )
+    ]
 
 
 CONTRACT = Contract(
@@ -108,7 +117,9 @@ CONTRACT = Contract(
     failures=(r"SilentTruncation: ", r"IncompleteExtraction: "),
     shims=(Shim(Attach.GENERATOR, apply),),
     gate_owns=(("vllm.config:CacheConfig", ""),),
-    gate_covers=(GateCover("default-changed", apply, "builds speculators' CacheConfig with enable_prefix_caching=False"),),
+    gate_covers=(
+        GateCover("default-changed", apply, "builds speculators' CacheConfig with enable_prefix_caching=False"),
+    ),
     gate_checks=(prefix_caching,),
-    upstream='prefix caching is on by default in the CacheConfig speculators builds from vLLM 0.12.0 (CPU matrix)',
+    upstream="prefix caching is on by default in the CacheConfig speculators builds from vLLM 0.12.0 (CPU matrix)",
 )

@@ -23,6 +23,7 @@ from harness.vllm_source.lookups import imported, not_found
 #: caching on (vLLM's default), so C-prefixcache's shim must be off for this shim to be exercised.
 PROOF_CONTEXT = frozenset({"prefixcache"})
 
+
 def _params() -> dict:
     from vllm.v1.request import Request
 
@@ -113,9 +114,14 @@ def probe(ctx) -> Observation:
     apply(ns, lambda name: ns.get(name, Request), SimpleNamespace(vllm_config=cfg))
     unshimmed, _ = Attempt.run(lambda: prefill(Request))
     shimmed, seen = Attempt.run(lambda: prefill(ns.get("Request", Request)))
-    facts = {"takes_eos_token_id": takes_eos(), "takes_block_hasher": takes_block_hasher(),
-             "prefix_caching": bool(cfg.cache_config.enable_prefix_caching), "prompt_tokens": n,
-             "speculators_keywords": keywords, "shim_selected": needed()}
+    facts = {
+        "takes_eos_token_id": takes_eos(),
+        "takes_block_hasher": takes_block_hasher(),
+        "prefix_caching": bool(cfg.cache_config.enable_prefix_caching),
+        "prompt_tokens": n,
+        "speculators_keywords": keywords,
+        "shim_selected": needed(),
+    }
     if seen:
         facts["shimmed_prefill"] = seen
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
@@ -141,8 +147,18 @@ def block_hashes(tree, used, follower) -> list[Fact]:
     helpers = all(tree.lookup(f"{OLD_HOME}.{h}") is not None for h in HASHER_HELPERS)
     value = "needed: prefix caching is on by default and speculators passes no block_hasher" if needed else "not needed"
     evidence = f"{sig.where.rsplit(':', 1)[0]}:{param.line}" if needed and param.line else tree.where(attr, attr.lineno)
-    return [Fact(CONTRACT.id, f"{symbol}(block_hasher=)", "block-hashes", value, not needed,
-                 "block-hashes-required", evidence, detail={"hasher_helpers_present": helpers})]
+    return [
+        Fact(
+            CONTRACT.id,
+            f"{symbol}(block_hasher=)",
+            "block-hashes",
+            value,
+            not needed,
+            "block-hashes-required",
+            evidence,
+            detail={"hasher_helpers_present": helpers},
+        )
+    ]
 
 
 CONTRACT = Contract(
@@ -157,16 +173,24 @@ CONTRACT = Contract(
     shims=(Shim(Attach.GENERATOR, apply),),
     gate_owns=(("vllm.v1.request:Request", ""),),
     gate_covers=(
-        GateCover("keyword-removed", apply,
-                  "drops eos_token_id where Request no longer takes it (a prefill-only request never reaches EOS)",
-                  lambda f: f.detail.get("keyword") == "eos_token_id", "the keyword is eos_token_id"),
-        GateCover("block-hashes-required", apply,
-                  "attaches vLLM's own request block hasher, built the way EngineCore builds it, when the config "
-                  "caches prefixes",
-                  lambda f: bool(f.detail.get("hasher_helpers_present")),
-                  "kv_cache_utils still has get_request_block_hasher and init_none_hash"),
+        GateCover(
+            "keyword-removed",
+            apply,
+            "drops eos_token_id where Request no longer takes it (a prefill-only request never reaches EOS)",
+            lambda f: f.detail.get("keyword") == "eos_token_id",
+            "the keyword is eos_token_id",
+        ),
+        GateCover(
+            "block-hashes-required",
+            apply,
+            "attaches vLLM's own request block hasher, built the way EngineCore builds it, when the config "
+            "caches prefixes",
+            lambda f: bool(f.detail.get("hasher_helpers_present")),
+            "kv_cache_utils still has get_request_block_hasher and init_none_hash",
+        ),
     ),
     gate_checks=(block_hashes,),
-    upstream=('vLLM 0.12.0 requires block hashes on a Request when prefix caching is on and dropped '
-              'eos_token_id from Request'),
+    upstream=(
+        "vLLM 0.12.0 requires block hashes on a Request when prefix caching is on and dropped eos_token_id from Request"
+    ),
 )

@@ -46,8 +46,12 @@ def probe(ctx) -> Observation:
     unshimmed, _ = Attempt.run(lambda: speculators_read(real.collective_rpc, layers))
     shimmed, n = Attempt.run(lambda: speculators_read(ctx.executor_view.collective_rpc, layers))
     raw = real.collective_rpc(echo, args=("marker",), unique_reply_rank=0)
-    facts = {"executor": type(real).__name__, "reply_to_marker": repr(raw), "world_size": ctx.world_size,
-             "shim_selected": ctx.executor_view.single_reply}
+    facts = {
+        "executor": type(real).__name__,
+        "reply_to_marker": repr(raw),
+        "world_size": ctx.world_size,
+        "shim_selected": ctx.executor_view.single_reply,
+    }
     if n is not None:
         facts["layers_read_through_shim"] = n
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
@@ -74,8 +78,18 @@ def rpc_return(tree, used, follower) -> list[Fact]:
         single = [r for r in returns if _unwraps(r.value)]
         listing = [r for r in returns if isinstance(r.value, ast.Name)]
         line = (single or listing or returns or [node])[0].lineno
-        facts.append(Fact(CONTRACT.id, symbol, "return-shape", "single reply" if single else "list of replies",
-                          not single, "reply-unwrapped", tree.where(ref.obj, line), site(call)))
+        facts.append(
+            Fact(
+                CONTRACT.id,
+                symbol,
+                "return-shape",
+                "single reply" if single else "list of replies",
+                not single,
+                "reply-unwrapped",
+                tree.where(ref.obj, line),
+                site(call),
+            )
+        )
     return facts
 
 
@@ -85,10 +99,16 @@ CONTRACT = Contract(
     failures=(r"Boolean value of Tensor with more than one value is ambiguous",),
     shims=(Shim(Attach.RPC_REPLY, reply_as_list),),
     gate_owns=(("vllm.v1.executor.multiproc_executor:MultiprocExecutor", "().collective_rpc"),),
-    gate_covers=(GateCover("reply-unwrapped", reply_as_list,
-                           "wraps rank 0's single reply in a list, as speculators indexes [0] (reply shape learned by an "
-                           "echo RPC)"),),
+    gate_covers=(
+        GateCover(
+            "reply-unwrapped",
+            reply_as_list,
+            "wraps rank 0's single reply in a list, as speculators indexes [0] (reply shape learned by an echo RPC)",
+        ),
+    ),
     gate_checks=(rpc_return,),
-    upstream=("vLLM 0.11.1's MultiprocExecutor.collective_rpc returns rank unique_reply_rank's reply itself, no"
-              ' longer a list of one'),
+    upstream=(
+        "vLLM 0.11.1's MultiprocExecutor.collective_rpc returns rank unique_reply_rank's reply itself, no"
+        " longer a list of one"
+    ),
 )

@@ -52,8 +52,11 @@ def probe(ctx) -> Observation:
     keywords = ctx.keywords("Scheduler")
 
     def build(factory):
-        values = {"vllm_config": ctx.vllm_config, "kv_cache_config": ctx.kv_cache_config,
-                  "structured_output_manager": StructuredOutputManager(vllm_config=ctx.vllm_config)}
+        values = {
+            "vllm_config": ctx.vllm_config,
+            "kv_cache_config": ctx.kv_cache_config,
+            "structured_output_manager": StructuredOutputManager(vllm_config=ctx.vllm_config),
+        }
         sched = factory(**{k: values[k] for k in keywords})
         # Not just constructed: it schedules a prompt.
         req = ctx.new_request(ctx.vllm_config, ctx.prompt(ctx.block_size + 3))
@@ -67,9 +70,12 @@ def probe(ctx) -> Observation:
     unshimmed, _ = Attempt.run(lambda: build(Scheduler))
     shimmed, _ = Attempt.run(lambda: build(ns.get("Scheduler", Scheduler)))
     p = _params()
-    facts = {"required": [n for n, v in p.items() if n != "self" and v.default is inspect.Parameter.empty],
-             "has_hash_block_size": "hash_block_size" in p, "speculators_keywords": keywords,
-             "shim_selected": needed()}
+    facts = {
+        "required": [n for n, v in p.items() if n != "self" and v.default is inspect.Parameter.empty],
+        "has_hash_block_size": "hash_block_size" in p,
+        "speculators_keywords": keywords,
+        "shim_selected": needed(),
+    }
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
 
 
@@ -79,9 +85,14 @@ CONTRACT = Contract(
     failures=(r"TypeError: .*missing 1 required positional argument: 'block_size'",),
     shims=(Shim(Attach.GENERATOR, apply),),
     gate_owns=(("vllm.v1.core.sched.scheduler:Scheduler", ""),),
-    gate_covers=(GateCover("required-parameter-added", apply,
-                           "passes block_size (and hash_block_size where it exists) from the config speculators built",
-                           lambda f: set(f.detail.get("parameters", ())) <= {"block_size", "hash_block_size"},
-                           "the new required parameters are block_size/hash_block_size"),),
-    upstream='vLLM 0.11.1 made Scheduler(block_size=) required, later also hash_block_size (0.20.0)',
+    gate_covers=(
+        GateCover(
+            "required-parameter-added",
+            apply,
+            "passes block_size (and hash_block_size where it exists) from the config speculators built",
+            lambda f: set(f.detail.get("parameters", ())) <= {"block_size", "hash_block_size"},
+            "the new required parameters are block_size/hash_block_size",
+        ),
+    ),
+    upstream="vLLM 0.11.1 made Scheduler(block_size=) required, later also hash_block_size (0.20.0)",
 )

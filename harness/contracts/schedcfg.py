@@ -39,8 +39,11 @@ def probe(ctx) -> Observation:
     facts = {"shim_selected": needed(), "speculators_keywords": ctx.keywords("SchedulerConfig")}
     if cfg is not None:
         sc = cfg.scheduler_config
-        facts.update(max_model_len=cfg.model_config.max_model_len, async_scheduling=sc.async_scheduling,
-                     max_num_batched_tokens=sc.max_num_batched_tokens)
+        facts.update(
+            max_model_len=cfg.model_config.max_model_len,
+            async_scheduling=sc.async_scheduling,
+            max_num_batched_tokens=sc.max_num_batched_tokens,
+        )
     return Observation.of(CONTRACT, unshimmed, shimmed, facts)
 
 
@@ -50,9 +53,14 @@ CONTRACT = Contract(
     failures=(r"ValidationError: .*is_encoder_decoder.*Field required",),
     shims=(Shim(Attach.GENERATOR, apply),),
     gate_owns=(("vllm.config:SchedulerConfig", ""),),
-    gate_covers=(GateCover("required-parameter-added", apply,
-                           "passes is_encoder_decoder=False (speculators only serves decoder-only targets)",
-                           lambda f: set(f.detail.get("parameters", ())) <= {"is_encoder_decoder"},
-                           "the new required parameter is is_encoder_decoder"),),
+    gate_covers=(
+        GateCover(
+            "required-parameter-added",
+            apply,
+            "passes is_encoder_decoder=False (speculators only serves decoder-only targets)",
+            lambda f: set(f.detail.get("parameters", ())) <= {"is_encoder_decoder"},
+            "the new required parameter is is_encoder_decoder",
+        ),
+    ),
     upstream="vLLM #29859 removed the default of SchedulerConfig's is_encoder_decoder InitVar (0.12.0)",
 )

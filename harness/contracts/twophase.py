@@ -112,8 +112,9 @@ def _guard(tree) -> tuple[str | None, str]:
     runner = tree.module_file(RUNNER)
     if lines and runner is not None:
         return f"{runner.relative_to(tree.root)}:{lines[0]}", "State error guard"
-    return None, ("the V1 runner module is gone and no runner the worker builds was read"
-                  if runner is None else "no guard")
+    return None, (
+        "the V1 runner module is gone and no runner the worker builds was read" if runner is None else "no guard"
+    )
 
 
 def two_phase(tree, used, follower) -> list[Fact]:
@@ -133,10 +134,24 @@ def two_phase(tree, used, follower) -> list[Fact]:
             continue
         evidence = where or (tree.where(sample) if sample is not None else tree.where(ref.obj))
         parked = sample is not None or where is not None
-        value = (f"execute_model() returns None and parks its state until sample_tokens() ({how})" if parked
-                 else "execute_model() completes the step")
-        facts.append(Fact(CONTRACT.id, symbol, "protocol", value, not parked, "two-phase-execute",
-                          evidence, site(call), {"executor_sample_tokens": sample is not None}))
+        value = (
+            f"execute_model() returns None and parks its state until sample_tokens() ({how})"
+            if parked
+            else "execute_model() completes the step"
+        )
+        facts.append(
+            Fact(
+                CONTRACT.id,
+                symbol,
+                "protocol",
+                value,
+                not parked,
+                "two-phase-execute",
+                evidence,
+                site(call),
+                {"executor_sample_tokens": sample is not None},
+            )
+        )
     return facts
 
 
@@ -146,10 +161,18 @@ CONTRACT = Contract(
     failures=(r"State error: sample_tokens\(\) must be called after execute_model\(\) returns None",),
     shims=(Shim(Attach.STEP, sample_after_step),),
     gate_owns=(("vllm.v1.executor.multiproc_executor:MultiprocExecutor", "().execute_model"),),
-    gate_covers=(GateCover("two-phase-execute", sample_after_step,
-                           "calls sample_tokens(None) after an execute_model() that returned None, as EngineCore does",
-                           lambda f: bool(f.detail.get("executor_sample_tokens")), "the executor has sample_tokens"),),
+    gate_covers=(
+        GateCover(
+            "two-phase-execute",
+            sample_after_step,
+            "calls sample_tokens(None) after an execute_model() that returned None, as EngineCore does",
+            lambda f: bool(f.detail.get("executor_sample_tokens")),
+            "the executor has sample_tokens",
+        ),
+    ),
     gate_checks=(two_phase,),
-    upstream=('vLLM #26866 (async scheduling + structured outputs) made execute_model() return None and park '
-              'its state until sample_tokens() (0.11.1)'),
+    upstream=(
+        "vLLM #26866 (async scheduling + structured outputs) made execute_model() return None and park "
+        "its state until sample_tokens() (0.11.1)"
+    ),
 )

@@ -58,8 +58,13 @@ class Recipe:
 
     def key(self) -> str:
         """What names the built wheel: the recipe, the compiler, the Python and the machine."""
-        facts = {"version": self.version, "recipe": self.data, "gcc": gcc_version(),
-                 "python": f"{sys.version_info.major}.{sys.version_info.minor}", "machine": platform.machine()}
+        facts = {
+            "version": self.version,
+            "recipe": self.data,
+            "gcc": gcc_version(),
+            "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+            "machine": platform.machine(),
+        }
         return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -78,8 +83,9 @@ def recipes() -> dict[str, Recipe]:
 def recipe(version: str) -> Recipe:
     known = recipes()
     if version not in known:
-        raise BuildRefused(f"no source-build recipe for vLLM {version} in {RECIPES.name} "
-                           f"(recipes: {', '.join(known) or 'none'})")
+        raise BuildRefused(
+            f"no source-build recipe for vLLM {version} in {RECIPES.name} (recipes: {', '.join(known) or 'none'})"
+        )
     return known[version]
 
 
@@ -87,8 +93,9 @@ def cache_root() -> Path:
     """`$HARNESS_BUILD_CACHE`, else `harness-builds` in uv's cache (`$UV_CACHE_DIR`, else the XDG default)."""
     if os.environ.get("HARNESS_BUILD_CACHE"):
         return Path(os.environ["HARNESS_BUILD_CACHE"])
-    uv = os.environ.get("UV_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
-                                                        os.path.expanduser("~/.cache"), "uv")
+    uv = os.environ.get("UV_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "uv"
+    )
     return Path(uv) / "harness-builds"
 
 
@@ -132,8 +139,10 @@ def check_prerequisites(rec: Recipe) -> None:
     if not Path("/usr/include/numa.h").is_file():
         raise BuildRefused("numa.h is missing: install Debian's libnuma-dev (vLLM's CPU backend links libnuma)")
     if cuda_home() is None:
-        raise BuildRefused("no CUDA toolkit (set CUDA_HOME): PyPI's torch is a CUDA build and its CMake config "
-                           "reads the toolkit, though nothing is compiled for CUDA")
+        raise BuildRefused(
+            "no CUDA toolkit (set CUDA_HOME): PyPI's torch is a CUDA build and its CMake config "
+            "reads the toolkit, though nothing is compiled for CUDA"
+        )
 
 
 def onednn_source(rec: Recipe, work: Path) -> tuple[Path | None, str]:
@@ -148,13 +157,15 @@ def onednn_source(rec: Recipe, work: Path) -> tuple[Path | None, str]:
     if (src / "CMakeLists.txt").is_file():
         found = re.search(r"project\(\s*oneDNN\s+VERSION\s+([\d.]+)", (src / "CMakeLists.txt").read_text())
         if not found or not f"v{found.group(1)}".startswith(tag):
-            raise BuildRefused(f"HARNESS_ONEDNN_SRC={src} is oneDNN {found.group(1) if found else '?'}, "
-                               f"the recipe wants {tag}")
+            raise BuildRefused(
+                f"HARNESS_ONEDNN_SRC={src} is oneDNN {found.group(1) if found else '?'}, the recipe wants {tag}"
+            )
         return src, f"a source tree given by HARNESS_ONEDNN_SRC (oneDNN {found.group(1)})"
     git = ["git", f"--git-dir={src / '.git' if (src / '.git').exists() else src}"]
     if subprocess.run([*git, "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True).returncode:
-        raise BuildRefused(f"HARNESS_ONEDNN_SRC={src} is neither a oneDNN source tree nor a git repository "
-                           f"holding {tag} ({commit})")
+        raise BuildRefused(
+            f"HARNESS_ONEDNN_SRC={src} is neither a oneDNN source tree nor a git repository holding {tag} ({commit})"
+        )
     out = work / f"onednn-{tag}"
     if not (out / "CMakeLists.txt").is_file():
         tmp = work / f".onednn-{tag}.part"
@@ -189,8 +200,10 @@ def unpack(rec: Recipe, sdist: Path, work: Path) -> Path:
     longer makes an edit the tree has."""
     tree = work / "src" / f"vllm-{rec.version}"
     marker = work / "src" / f".extracted-{rec.data['sdist_sha256'][:16]}"
-    wanted = [f"{e.get('name', e['file'])}:{hashlib.sha256((e['old'] + e['new']).encode()).hexdigest()[:12]}"
-              for e in rec.edits]
+    wanted = [
+        f"{e.get('name', e['file'])}:{hashlib.sha256((e['old'] + e['new']).encode()).hexdigest()[:12]}"
+        for e in rec.edits
+    ]
     applied = json.loads(marker.read_text() or "[]") if marker.is_file() else None
     if applied is None or not set(applied) <= set(wanted):  # new, or an edit the recipe no longer makes: afresh
         kept = _set_aside(tree, work)  # the compiled objects survive: files keep the sdist's times, so only
@@ -230,8 +243,9 @@ def build_venv(rec: Recipe, tree: Path, work: Path) -> Path:
     venv = work / "bvenv"
     python = venv / "bin" / "python"
     if not python.exists():
-        subprocess.run(["uv", "venv", "-q", "-p", f"{sys.version_info.major}.{sys.version_info.minor}", str(venv)],
-                       check=True)
+        subprocess.run(
+            ["uv", "venv", "-q", "-p", f"{sys.version_info.major}.{sys.version_info.minor}", str(venv)], check=True
+        )
     requires = tomllib.loads((tree / "pyproject.toml").read_text())["build-system"]["requires"]
     requires = [r for r in requires if not re.match(r"torch\b", r)] + [f"torch=={rec.data['torch']}", *BUILD_TOOLS]
     subprocess.run(["uv", "pip", "install", "-q", "--python", str(python), *requires], check=True)
@@ -243,8 +257,14 @@ def cuda_links(python: Path, work: Path) -> Path:
     the nvidia wheels and the toolkit here has none. `--as-needed` keeps it out of the built libraries."""
     links = work / "cudalinks"
     links.mkdir(exist_ok=True)
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     for lib in sorted(site.glob("nvidia/*/lib/libnvrtc.so.*"))[:1]:
         target = links / "libnvrtc.so"
         target.unlink(missing_ok=True)
@@ -261,10 +281,18 @@ def build(rec: Recipe, work: Path, jobs: int = 2) -> Path:
     tree = unpack(rec, sdist, work)
     python = build_venv(rec, tree, work)
     cuda = cuda_home()
-    env = dict(os.environ, **rec.data.get("env", {}), MAX_JOBS=str(jobs), CMAKE_BUILD_PARALLEL_LEVEL=str(jobs),
-               SETUPTOOLS_SCM_PRETEND_VERSION=rec.version, CUDA_HOME=str(cuda), CUDACXX=str(cuda / "bin" / "nvcc"),
-               CUDA_TOOLKIT_ROOT_DIR=str(cuda), CMAKE_LIBRARY_PATH=str(cuda_links(python, work)),
-               PATH=os.pathsep.join([str(python.parent), str(cuda / "bin"), os.environ.get("PATH", "")]))
+    env = dict(
+        os.environ,
+        **rec.data.get("env", {}),
+        MAX_JOBS=str(jobs),
+        CMAKE_BUILD_PARALLEL_LEVEL=str(jobs),
+        SETUPTOOLS_SCM_PRETEND_VERSION=rec.version,
+        CUDA_HOME=str(cuda),
+        CUDACXX=str(cuda / "bin" / "nvcc"),
+        CUDA_TOOLKIT_ROOT_DIR=str(cuda),
+        CMAKE_LIBRARY_PATH=str(cuda_links(python, work)),
+        PATH=os.pathsep.join([str(python.parent), str(cuda / "bin"), os.environ.get("PATH", "")]),
+    )
     if onednn is not None:
         env["FETCHCONTENT_SOURCE_DIR_ONEDNN"] = str(onednn)
     dist = work / "dist"
@@ -273,22 +301,43 @@ def build(rec: Recipe, work: Path, jobs: int = 2) -> Path:
     incremental = (tree / "build").is_dir()  # an earlier compile in this work folder: only what changed is rebuilt
     started = time.monotonic()
     with log.open("w") as out:
-        done = subprocess.run([str(python), "-m", "build", "--wheel", "--no-isolation", "-o", str(dist), "."],
-                              cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT)
+        done = subprocess.run(
+            [str(python), "-m", "build", "--wheel", "--no-isolation", "-o", str(dist), "."],
+            cwd=tree,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     wall = time.monotonic() - started
     wheels = sorted(dist.glob("vllm-*.whl"))
     if done.returncode or not wheels:
         raise BuildFailed(f"the build of vLLM {rec.version} failed (exit {done.returncode}); see {log}")
-    torch_built = subprocess.run([str(python), "-c", "import torch; print(torch.__version__)"],
-                                 capture_output=True, text=True).stdout.strip()
+    torch_built = subprocess.run(
+        [str(python), "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
+    ).stdout.strip()
     provenance = {
-        "version": rec.version, "key": rec.key(), "sdist": sdist.name, "sdist_sha256": rec.data["sdist_sha256"],
-        "onednn": onednn_how, "onednn_tag": rec.data["onednn_tag"], "onednn_commit": rec.data["onednn_commit"],
-        "gcc": gcc_version(), "torch": torch_built, "cuda_toolkit": nvcc_version(cuda), "machine": platform.machine(),
-        "python": platform.python_version(), "env": rec.data.get("env", {}), "jobs": jobs,
-        "edits": rec.edits, "runtime": rec.data.get("runtime"), "runtime_why": rec.data.get("runtime_why"),
-        "wheel": wheels[0].name, "wheel_sha256": hashlib.sha256(wheels[0].read_bytes()).hexdigest(),
-        "build_wall_s": round(wall, 1), "incremental": incremental, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "version": rec.version,
+        "key": rec.key(),
+        "sdist": sdist.name,
+        "sdist_sha256": rec.data["sdist_sha256"],
+        "onednn": onednn_how,
+        "onednn_tag": rec.data["onednn_tag"],
+        "onednn_commit": rec.data["onednn_commit"],
+        "gcc": gcc_version(),
+        "torch": torch_built,
+        "cuda_toolkit": nvcc_version(cuda),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "env": rec.data.get("env", {}),
+        "jobs": jobs,
+        "edits": rec.edits,
+        "runtime": rec.data.get("runtime"),
+        "runtime_why": rec.data.get("runtime_why"),
+        "wheel": wheels[0].name,
+        "wheel_sha256": hashlib.sha256(wheels[0].read_bytes()).hexdigest(),
+        "build_wall_s": round(wall, 1),
+        "incremental": incremental,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     folder = cache_root() / f"vllm-{rec.version}-cpu-{rec.key()}"
     tmp = folder.with_name(folder.name + ".part")
@@ -307,8 +356,12 @@ def install(wheel: Path, python: str, override: Path | None) -> None:
     if override is not None:
         cmd += ["--override", str(override)]
     subprocess.run(cmd, check=True)
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     version = wheel.name.split("-")[1]
     info = Path(purelib) / f"vllm-{version}.dist-info"
     shutil.copy2(wheel.parent / PROVENANCE, info / INSTALLED_PROVENANCE)
@@ -333,8 +386,11 @@ def cmd_build_vllm(args) -> int:
         wheel = None if args.rebuild else cached(rec)
         if wheel is None:
             work = Path(args.workdir) if args.workdir else cache_root() / "work" / f"vllm-{rec.version}"
-            print(f"harness build-vllm: building vLLM {rec.version} (CPU) from its sdist in {work}; log {work / 'build.log'}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"harness build-vllm: building vLLM {rec.version} (CPU) from its sdist in {work}; log {work / 'build.log'}",
+                file=sys.stderr,
+                flush=True,
+            )
             wheel = build(rec, work, jobs=args.jobs)
         if args.install:
             override = FIXTURES / "envs" / f"vllm-{rec.version}.override.txt"

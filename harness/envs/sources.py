@@ -174,8 +174,10 @@ def _open(url: str, accept: str | None = None):
     import httpx
 
     try:
-        with httpx.Client(timeout=timeout_s(), follow_redirects=True, trust_env=True, auth=_netrc_auth()) as client, \
-                client.stream("GET", url, headers={"Accept": accept} if accept else {}) as resp:
+        with (
+            httpx.Client(timeout=timeout_s(), follow_redirects=True, trust_env=True, auth=_netrc_auth()) as client,
+            client.stream("GET", url, headers={"Accept": accept} if accept else {}) as resp,
+        ):
             if resp.status_code == 404:
                 raise VersionNotFound(f"{url} does not exist (HTTP 404)")
             if resp.status_code >= 400:
@@ -184,7 +186,8 @@ def _open(url: str, accept: str | None = None):
     except (httpx.TransportError, httpx.DecodingError, httpx.InvalidURL) as exc:
         raise IndexUnreachable(
             f"cannot reach the package index at {url}: {exc}. The gate needs the network the first time "
-            f"it reads a vLLM version (cached versions need none); set HARNESS_PYPI_URL for another index.") from None
+            f"it reads a vLLM version (cached versions need none); set HARNESS_PYPI_URL for another index."
+        ) from None
 
 
 class _Links(HTMLParser):
@@ -210,8 +213,10 @@ def list_page(page: str) -> list[Artifact]:
         ctype = resp.headers.get("Content-Type", "")
         body = resp.read()
     if "json" in ctype:
-        entries = [(f["filename"], f["url"], (f.get("hashes") or {}).get("sha256"), f.get("size"))
-                   for f in json.loads(body).get("files", [])]
+        entries = [
+            (f["filename"], f["url"], (f.get("hashes") or {}).get("sha256"), f.get("size"))
+            for f in json.loads(body).get("files", [])
+        ]
     else:
         parser = _Links()
         parser.feed(body.decode("utf-8", "replace"))
@@ -279,8 +284,9 @@ def download_hashed(artifact: Artifact, root: Path) -> tuple[Path, str]:
         raise SourceError(f"writing {path} failed: {exc}") from None
     if artifact.sha256 and digest.hexdigest() != artifact.sha256:
         path.unlink(missing_ok=True)
-        raise SourceError(f"{artifact.filename}: sha256 {digest.hexdigest()} does not match the index's "
-                          f"{artifact.sha256}")
+        raise SourceError(
+            f"{artifact.filename}: sha256 {digest.hexdigest()} does not match the index's {artifact.sha256}"
+        )
     return path, digest.hexdigest()
 
 

@@ -11,7 +11,10 @@ from packaging.version import Version
 from harness.support.paths import FIXTURES
 
 MATRIX_FILE = FIXTURES / "envs" / "matrix.toml"
-BEGIN, END = "# --- matrix envs: rendered by `python -m harness tox-envs` from fixtures/envs/matrix.toml ---", "# --- end of matrix envs ---"
+BEGIN, END = (
+    "# --- matrix envs: rendered by `python -m harness tox-envs` from fixtures/envs/matrix.toml ---",
+    "# --- end of matrix envs ---",
+)
 
 
 def versions() -> dict[str, dict]:
@@ -26,9 +29,13 @@ def env_names() -> list[str]:
 def tox_section() -> str:
     vs = versions()
     names = ",".join(v["env"].removeprefix("vllm") for v in vs.values())
-    lines = [BEGIN, f"[testenv:vllm{{{names}}}]",
-             "description = the conformance run for one vLLM CPU build (see fixtures/envs/matrix.toml)",
-             "extras = suite", "deps ="]
+    lines = [
+        BEGIN,
+        f"[testenv:vllm{{{names}}}]",
+        "description = the conformance run for one vLLM CPU build (see fixtures/envs/matrix.toml)",
+        "extras = suite",
+        "deps =",
+    ]
     for v in vs.values():  # a source-built version's package comes from `harness build-vllm`, in commands_pre
         lines += [f"    {v['env']}: {dep}" for dep in [*([] if v.get("source_build") else [v["package"]]), *v["deps"]]]
     lines += ["set_env =", "    {[testenv]set_env}"]
@@ -39,15 +46,19 @@ def tox_section() -> str:
             lines.append(f"    {v['env']}: LD_PRELOAD = {':'.join(v['preload'])}")
         lines += [f"    {v['env']}: {name} = {value}" for name, value in v.get("runtime_env", {}).items()]
     lines += ["commands_pre ="]
-    lines += [f"    {v['env']}: python -m harness build-vllm {ver} --install {{envpython}}"
-              for ver, v in vs.items() if v.get("source_build")]
     lines += [
-              "    uv pip install --quiet --python {envpython} --no-deps speculators==0.3.0",
-              "    python -m harness envfix",
-              "commands =",
-              "    python -m harness run --env {envname} {env:HARNESS_RUN_ARGS:} -- {posargs:-q}",
-              "    python -m harness bench --env {envname}",
-              END]
+        f"    {v['env']}: python -m harness build-vllm {ver} --install {{envpython}}"
+        for ver, v in vs.items()
+        if v.get("source_build")
+    ]
+    lines += [
+        "    uv pip install --quiet --python {envpython} --no-deps speculators==0.3.0",
+        "    python -m harness envfix",
+        "commands =",
+        "    python -m harness run --env {envname} {env:HARNESS_RUN_ARGS:} -- {posargs:-q}",
+        "    python -m harness bench --env {envname}",
+        END,
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -57,7 +68,7 @@ def render_tox_ini(text: str, matrix_file: Path | None = None) -> str:
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         raise ValueError(f"tox.ini lacks the markers of the rendered matrix section ({BEGIN!r} ... {END!r})")
-    text = text[:start] + tox_section().rstrip("\n") + text[end + len(END):]
+    text = text[:start] + tox_section().rstrip("\n") + text[end + len(END) :]
     label = "    matrix = " + ", ".join([*env_names(), "matrix-report"])
     lines = text.split("\n")
     at = [i for i, line in enumerate(lines) if line.strip().startswith("matrix =")]
@@ -87,5 +98,7 @@ def env_refusal(name: str, installed: str) -> str | None:
         return None
     if name in known:
         return f"--env {name} is vLLM {known[name]}'s env, but vLLM {installed} is installed here"
-    return (f"--env {name} is no env of fixtures/envs/matrix.toml; for the installed vLLM {installed} use "
-            f"--env {env_name_for(installed)} (or local)")
+    return (
+        f"--env {name} is no env of fixtures/envs/matrix.toml; for the installed vLLM {installed} use "
+        f"--env {env_name_for(installed)} (or local)"
+    )

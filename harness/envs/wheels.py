@@ -37,8 +37,14 @@ def wheel_tree(project: str, version: str) -> Path:
 
         from harness.envs import sources
 
-        found = next((a for a in sources.list_files(project)
-                      if a.kind == "wheel" and sources.file_version(a) == Version(version)), None)
+        found = next(
+            (
+                a
+                for a in sources.list_files(project)
+                if a.kind == "wheel" and sources.file_version(a) == Version(version)
+            ),
+            None,
+        )
         if found is None:
             raise LookupError(f"{project} {version} has no wheel on the package index")
         wheel = sources.download(found, CACHE)  # checked against the index's sha256

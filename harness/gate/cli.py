@@ -22,59 +22,112 @@ from harness.support.paths import REPORTS
 from harness.support.report_files import write_atomic
 
 HELP = "pre-upgrade gate: can speculators move to another vLLM? (static reading of the sources)"
-EPILOG = ("environment: HARNESS_PYPI_URL (the simple index to read vLLM from; default https://pypi.org/simple), "
-          "HARNESS_GATE_TIMEOUT (seconds per network operation; default 60), HARNESS_GATE_CACHE (the sources cache; "
-          "default .cache/gate)")
+EPILOG = (
+    "environment: HARNESS_PYPI_URL (the simple index to read vLLM from; default https://pypi.org/simple), "
+    "HARNESS_GATE_TIMEOUT (seconds per network operation; default 60), HARNESS_GATE_CACHE (the sources cache; "
+    "default .cache/gate)"
+)
 
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("action", nargs="?", choices=("bisect", "mutants", "pairs"),
-                   help="bisect: name the first release in which --contract changes (see harness/gate/sweeps/bisect.py); "
-                        "mutants: run the gate on one-change copies of real releases (harness/gate/sweeps/mutants.py); "
-                        "pairs: run it on every consecutive pair of releases (harness/gate/sweeps/pairs.py)")
-    p.add_argument("--releases", nargs="+", metavar="VERSION", default=None,
-                   help="with mutants: the releases to mutate (default 0.33.0 0.34.0)")
-    p.add_argument("--per-operator", type=int, default=None, metavar="N",
-                   help="with mutants: at most N mutants per operator and release (default 15; --quick: 1)")
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=("bisect", "mutants", "pairs"),
+        help="bisect: name the first release in which --contract changes (see harness/gate/sweeps/bisect.py); "
+        "mutants: run the gate on one-change copies of real releases (harness/gate/sweeps/mutants.py); "
+        "pairs: run it on every consecutive pair of releases (harness/gate/sweeps/pairs.py)",
+    )
+    p.add_argument(
+        "--releases",
+        nargs="+",
+        metavar="VERSION",
+        default=None,
+        help="with mutants: the releases to mutate (default 0.33.0 0.34.0)",
+    )
+    p.add_argument(
+        "--per-operator",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with mutants: at most N mutants per operator and release (default 15; --quick: 1)",
+    )
     p.add_argument("--quick", action="store_true", help="with mutants: the CI subset (one mutant per operator, 0.34.0)")
     p.add_argument("--contract", help="with bisect: the contract id whose change is looked for")
-    p.add_argument("--match", metavar="TEXT", help="with bisect: only the contract's findings that mention TEXT "
-                   "(e.g. eos_token_id)")
-    p.add_argument("--between", nargs=2, metavar=("A", "B"),
-                   help="with bisect: the releases to search (default: 0.11.0 and the newest on the index)")
-    p.add_argument("--to", dest="to_version", metavar="BUILD",
-                   help="the candidate vLLM: a version on the index (0.17, 0.34.0.dev12+gabc1234.cu130), a wheel or "
-                        "sdist file, a source folder (a git checkout records its commit), or the URL of a wheel or of "
-                        "an index page (a PEP 503 page, or a folder of vLLM's per-commit wheel index such as "
-                        "https://wheels.vllm.ai/<commit>/cpu/)")
-    p.add_argument("--from", default=None, dest="from_version", metavar="BUILD",
-                   help="the vLLM speculators runs on now, in any form --to takes (default: the last known good: "
-                        "fixtures/gate/verified.toml if present, else the newest version whose committed env report "
-                        "passes; the gate says which)")
-    p.add_argument("--lockfile", metavar="PATH",
-                   help="the team's lock file (requirements, pip-compile, pyproject.toml, uv.lock, poetry.lock, pylock): "
-                        "its vLLM pin is --from and its speculators pin chooses the path judged (>= 0.5: that "
-                        "release's client over vllm serve; below: the in-process generator)")
-    p.add_argument("--base-lockfile", metavar="PATH",
-                   help="in a pull request: the base branch's lock file; --from is its vLLM pin and --to the "
-                        "--lockfile's (the head's)")
+    p.add_argument(
+        "--match",
+        metavar="TEXT",
+        help="with bisect: only the contract's findings that mention TEXT (e.g. eos_token_id)",
+    )
+    p.add_argument(
+        "--between",
+        nargs=2,
+        metavar=("A", "B"),
+        help="with bisect: the releases to search (default: 0.11.0 and the newest on the index)",
+    )
+    p.add_argument(
+        "--to",
+        dest="to_version",
+        metavar="BUILD",
+        help="the candidate vLLM: a version on the index (0.17, 0.34.0.dev12+gabc1234.cu130), a wheel or "
+        "sdist file, a source folder (a git checkout records its commit), or the URL of a wheel or of "
+        "an index page (a PEP 503 page, or a folder of vLLM's per-commit wheel index such as "
+        "https://wheels.vllm.ai/<commit>/cpu/)",
+    )
+    p.add_argument(
+        "--from",
+        default=None,
+        dest="from_version",
+        metavar="BUILD",
+        help="the vLLM speculators runs on now, in any form --to takes (default: the last known good: "
+        "fixtures/gate/verified.toml if present, else the newest version whose committed env report "
+        "passes; the gate says which)",
+    )
+    p.add_argument(
+        "--lockfile",
+        metavar="PATH",
+        help="the team's lock file (requirements, pip-compile, pyproject.toml, uv.lock, poetry.lock, pylock): "
+        "its vLLM pin is --from and its speculators pin chooses the path judged (>= 0.5: that "
+        "release's client over vllm serve; below: the in-process generator)",
+    )
+    p.add_argument(
+        "--base-lockfile",
+        metavar="PATH",
+        help="in a pull request: the base branch's lock file; --from is its vLLM pin and --to the "
+        "--lockfile's (the head's)",
+    )
     p.add_argument("--cache-dir", help="where vLLM sources are cached (default: $HARNESS_GATE_CACHE or .cache/gate)")
     p.add_argument("--summary", help="also write the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
     p.add_argument("--json", help="JSON report path (default: reports/gate-<from>-to-<to>.json)")
     p.add_argument("--allowlist", help="allow-list TOML (default: fixtures/gate/allowlist.toml)")
     p.add_argument("--speculators", default="0.3.0", help="speculators version whose used surface is read")
-    p.add_argument("--client", metavar="speculators==X.Y.Z",
-                   help="gate speculators' current path instead (vllm serve + native export + hs-connectors, see "
-                        "harness/gate/read/client.py): e.g. --client speculators==0.9.0")
+    p.add_argument(
+        "--client",
+        metavar="speculators==X.Y.Z",
+        help="gate speculators' current path instead (vllm serve + native export + hs-connectors, see "
+        "harness/gate/read/client.py): e.g. --client speculators==0.9.0",
+    )
     p.add_argument("--surface", help="used-surface fixture (default: fixtures/surfaces/speculators-<version>.json)")
-    p.add_argument("--regenerate-surface", action="store_true",
-                   help="rewrite the used-surface fixture from the installed speculators first")
-    p.add_argument("--dynamic", action="store_true",
-                   help="also run the candidate's CPU env (tox -e vllmXYZ, minutes) and use what it observed")
-    p.add_argument("--use-reports", action="store_true",
-                   help="use what an earlier run of the candidate's CPU env observed (reports/vllmXYZ.json)")
-    p.add_argument("--model-config", help="the target checkpoint's config.json: decides config-gated findings "
-                   "(e.g. llama_4_scaling); without it they count as uncovered")
+    p.add_argument(
+        "--regenerate-surface",
+        action="store_true",
+        help="rewrite the used-surface fixture from the installed speculators first",
+    )
+    p.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="also run the candidate's CPU env (tox -e vllmXYZ, minutes) and use what it observed",
+    )
+    p.add_argument(
+        "--use-reports",
+        action="store_true",
+        help="use what an earlier run of the candidate's CPU env observed (reports/vllmXYZ.json)",
+    )
+    p.add_argument(
+        "--model-config",
+        help="the target checkpoint's config.json: decides config-gated findings "
+        "(e.g. llama_4_scaling); without it they count as uncovered",
+    )
     p.set_defaults(fn=run)
     return p
 
@@ -116,8 +169,10 @@ def run(args) -> int:
         print(f"harness gate: {exc}", file=sys.stderr)
         return 2
     if not args.to_version:
-        print("harness gate: --to is required (or --base-lockfile with --lockfile; or: gate bisect --contract ID)",
-              file=sys.stderr)
+        print(
+            "harness gate: --to is required (or --base-lockfile with --lockfile; or: gate bisect --contract ID)",
+            file=sys.stderr,
+        )
         return 2
     t0 = time.perf_counter()
     try:
@@ -144,7 +199,9 @@ def run(args) -> int:
         entries = allowlist.load(Path(args.allowlist) if args.allowlist else None)
         meta["allowlist"] = _display(Path(args.allowlist) if args.allowlist else allowlist.DEFAULT)
         meta["allowlist_entries"] = [e.to_json() for e in entries]
-        got = list(reversed([artifacts.fetch(spec, args.cache_dir) for spec in (new_spec, old_spec)]))  # candidate first
+        got = list(
+            reversed([artifacts.fetch(spec, args.cache_dir) for spec in (new_spec, old_spec)])
+        )  # candidate first
         old, new = _side_label(got[0], old), _side_label(got[1], new)
         meta["sources"] = {side: _provenance(s) for side, s in zip(("from", "to"), got, strict=True)}
         t1 = time.perf_counter()
@@ -153,8 +210,14 @@ def run(args) -> int:
         comparison = static.compare(old_facts, new_facts)
         paths = reach.review(got[0].root, got[1].root, comparison.findings)
         t3 = time.perf_counter()
-    except (sources.SourceError, static.TreeError, allowlist.AllowlistError, used_surface.SurfaceUnavailable,
-            ValueError, OSError) as exc:
+    except (
+        sources.SourceError,
+        static.TreeError,
+        allowlist.AllowlistError,
+        used_surface.SurfaceUnavailable,
+        ValueError,
+        OSError,
+    ) as exc:
         gate = verdict.undecided(old, new, str(exc), meta)
         print(f"harness gate: {exc}", file=sys.stderr)
         _write(gate, args, verdict, decided=False)
@@ -167,10 +230,24 @@ def run(args) -> int:
     release = new_spec.kind == "version"  # a matrix env runs the released build of that number, not this file
     if args.dynamic and release:
         meta["dynamic_rc"] = dynamic.run_env(new)
-    why_not = (dynamic.NOT_REQUESTED if not wanted else dynamic.reason(new) if release else
-               f"the candidate is a {new_spec.kind}, not a release a matrix env installs: only the static check ran")
-    gate = verdict.decide(old, new, comparison, contracts.ids(), entries, _dt.date.today(),
-                          dynamic.dynamic_check(new) if wanted and release else None, why_not, paths)
+    why_not = (
+        dynamic.NOT_REQUESTED
+        if not wanted
+        else dynamic.reason(new)
+        if release
+        else f"the candidate is a {new_spec.kind}, not a release a matrix env installs: only the static check ran"
+    )
+    gate = verdict.decide(
+        old,
+        new,
+        comparison,
+        contracts.ids(),
+        entries,
+        _dt.date.today(),
+        dynamic.dynamic_check(new) if wanted and release else None,
+        why_not,
+        paths,
+    )
     meta["timings"]["total"] = round(time.perf_counter() - t0, 2)
     gate.meta = meta
     _write(gate, args, verdict)
@@ -189,8 +266,7 @@ def _run_mutants(args) -> int:
     stem = "gate-mutants-quick" if args.quick else "gate-mutants"
     out = Path(args.json) if args.json else REPORTS / f"{stem}.json"
     try:
-        rep = mutants.run(releases, per, out, out.with_suffix(".md"),
-                          log=lambda m: print(m, file=sys.stderr))
+        rep = mutants.run(releases, per, out, out.with_suffix(".md"), log=lambda m: print(m, file=sys.stderr))
     except (sources.SourceError, OSError) as exc:
         print(f"harness gate mutants: {exc}", file=sys.stderr)
         return 2
@@ -206,8 +282,13 @@ def _run_client(args, old_spec, new_spec) -> int:
     try:
         got = [artifacts.fetch(spec, args.cache_dir) for spec in (new_spec, old_spec)][::-1]
         old, new = _side_label(got[0], old_spec.label), _side_label(got[1], new_spec.label)
-        rep = client.report(args.client_version, old, new, client.check(args.client_version, got[0].root, got[1].root),
-                            client.not_judged(got[0].root, got[1].root))
+        rep = client.report(
+            args.client_version,
+            old,
+            new,
+            client.check(args.client_version, got[0].root, got[1].root),
+            client.not_judged(got[0].root, got[1].root),
+        )
     except (sources.SourceError, OSError, ValueError, SyntaxError) as exc:
         print(f"harness gate: {exc}", file=sys.stderr)
         return 2
@@ -217,8 +298,7 @@ def _run_client(args, old_spec, new_spec) -> int:
     if args.summary:
         write_atomic(Path(args.summary), text)
     default = report_path(old, new, rep["sources"]).name.replace("gate-", f"gate-client{args.client_version}-", 1)
-    write_atomic(Path(args.json) if args.json else REPORTS / default,
-                 json.dumps(rep, indent=2) + "\n")
+    write_atomic(Path(args.json) if args.json else REPORTS / default, json.dumps(rep, indent=2) + "\n")
     return rep["exit_code"]
 
 
@@ -312,8 +392,13 @@ def _checked_input(args) -> tuple:
             continue
         target = Path(value)
         parent = target.parent if str(target.parent) else Path(".")
-        if target.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK) or (
-                target.exists() and not os.access(target, os.W_OK)) or not _can_create_in(parent):
+        if (
+            target.is_dir()
+            or not parent.is_dir()
+            or not os.access(parent, os.W_OK)
+            or (target.exists() and not os.access(target, os.W_OK))
+            or not _can_create_in(parent)
+        ):
             raise InputRefused(f"{flag} {value}: cannot write there (no such folder, not writable, or a folder)")
     return old, new, checkpoint
 
@@ -351,6 +436,7 @@ def _display(path: Path) -> str:
 def report_path(old: str, new: str, sources: dict | None = None) -> Path:
     """`reports/gate-<from>-to-<to>.json`; a side that is not a release from the index carries its kind and a
     short hash (`0.34.0+tree-1a2b3c4d`), so that three source trees that all say 0.34.0 never share a name."""
+
     def name(label: str, side: str) -> str:
         prov = (sources or {}).get(side) or {}
         if prov.get("kind") in (None, "version"):
@@ -371,11 +457,16 @@ def _write(gate, args, verdict, decided: bool = True) -> None:
         write_atomic(Path(args.summary), text)
     if not args.json and not decided:
         return
-    write_atomic(Path(args.json) if args.json else report_path(gate.old, gate.new, gate.meta.get("sources")),
-                 json.dumps(verdict.to_json(gate), indent=2, default=str) + "\n")
+    write_atomic(
+        Path(args.json) if args.json else report_path(gate.old, gate.new, gate.meta.get("sources")),
+        json.dumps(verdict.to_json(gate), indent=2, default=str) + "\n",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Standalone entry (`python -m harness.gate ...`) until `python -m harness gate` is wired in."""
-    return run(configure(argparse.ArgumentParser(prog="python -m harness.gate", description=HELP,
-                                                 epilog=EPILOG)).parse_args(argv))
+    return run(
+        configure(argparse.ArgumentParser(prog="python -m harness.gate", description=HELP, epilog=EPILOG)).parse_args(
+            argv
+        )
+    )

@@ -41,12 +41,222 @@ from pathlib import Path
 
 from harness.gpu import fatbin
 
-PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x86_64",
-             "manylinux_2_27_x86_64", "manylinux_2_26_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64", "manylinux1_x86_64", "manylinux_2_5_x86_64")
+PLATFORMS = (
+    "manylinux_2_35_x86_64",
+    "manylinux_2_34_x86_64",
+    "manylinux_2_31_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_26_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+    "manylinux_2_5_x86_64",
+)
 
 # The device image's Python packages (its package list as the device tool documents it, read 2026-11-17).
-DEVICE_HAS = frozenset(["absl-py", "accelerate", "aiofiles", "aiohappyeyeballs", "aiohttp", "aiosignal", "annotated-doc", "anyio", "attrs", "botorch", "build", "certifi", "charset-normalizer", "chex", "click", "cloudpickle", "cmake", "colorama", "contourpy", "coverage", "cuda-bindings", "cuda-core", "cuda-pathfinder", "cuda-toolkit", "cupy-cuda13x", "cycler", "cython", "diffrax", "e3nn", "einops", "equinox", "etils", "execnet", "filelock", "flatbuffers", "flax", "fonttools", "formulaic", "frozenlist", "fsspec", "gpytorch", "grpcio", "h11", "h5py", "hf-xet", "httpcore", "httpx", "huggingface-hub", "humanize", "hypothesis", "idna", "imageio", "iniconfig", "interface-meta", "jax", "jax-cuda13-pjrt", "jax-cuda13-plugin", "jaxlib", "jaxtyping", "jinja2", "joblib", "kiwisolver", "lazy-loader", "lightning", "lightning-utilities", "linear-operator", "lineax", "llvmlite", "lxml", "markdown", "markdown-it-py", "markupsafe", "matplotlib", "mdurl", "meson", "ml-dtypes", "mpi4py", "mpmath", "msgpack", "multidict", "multipledispatch", "mypy-extensions", "nanobind", "narwhals", "networkx", "ninja", "numba", "numba-cuda", "numpy", "numpyro", "nvidia-cublas", "nvidia-cuda-cupti", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime", "nvidia-cudnn-cu13", "nvidia-cufft", "nvidia-cufile", "nvidia-curand", "nvidia-cusolver", "nvidia-cusparse", "nvidia-cusparselt-cu13", "nvidia-ml-py", "nvidia-nccl-cu13", "nvidia-nvjitlink", "nvidia-nvshmem-cu13", "nvidia-nvtx", "onnx", "onnx-ir", "onnxruntime", "onnxscript", "opencv-python-headless", "optax", "opt-einsum", "opt-einsum-fx", "optimistix", "orbax-checkpoint", "packaging", "pandas", "pathspec", "patsy", "peft", "pillow", "pip", "pluggy", "portalocker", "prometheus-client", "propcache", "protobuf", "psutil", "pyarrow", "pybind11", "py-cpuinfo", "pygments", "pyparsing", "pyproject-hooks", "pyre-extensions", "pytest", "pytest-benchmark", "pytest-cov", "pytest-mock", "pytest-timeout", "pytest-xdist", "python-dateutil", "pytorch-lightning", "pyyaml", "regex", "requests", "rich", "sacrebleu", "safetensors", "scikit-build-core", "scikit-image", "scikit-learn", "scipy", "seaborn", "sentencepiece", "sentence-transformers", "setuptools", "shellingham", "simplejson", "six", "sortedcontainers", "statsmodels", "sympy", "tabulate", "tensorboard", "tensorboard-data-server", "tensorstore", "threadpoolctl", "tifffile", "tiktoken", "timm", "tokenizers", "toolz", "torch", "torchaudio", "torchdiffeq", "torch-geometric", "torchmetrics", "torchvision", "tqdm", "transformers", "treescope", "triton", "typer", "typing-extensions", "typing-inspect", "urllib3", "uvloop", "wadler-lindig", "werkzeug", "wheel", "wrapt", "xarray", "xxhash", "yarl", "zipp"])
+DEVICE_HAS = frozenset(
+    [
+        "absl-py",
+        "accelerate",
+        "aiofiles",
+        "aiohappyeyeballs",
+        "aiohttp",
+        "aiosignal",
+        "annotated-doc",
+        "anyio",
+        "attrs",
+        "botorch",
+        "build",
+        "certifi",
+        "charset-normalizer",
+        "chex",
+        "click",
+        "cloudpickle",
+        "cmake",
+        "colorama",
+        "contourpy",
+        "coverage",
+        "cuda-bindings",
+        "cuda-core",
+        "cuda-pathfinder",
+        "cuda-toolkit",
+        "cupy-cuda13x",
+        "cycler",
+        "cython",
+        "diffrax",
+        "e3nn",
+        "einops",
+        "equinox",
+        "etils",
+        "execnet",
+        "filelock",
+        "flatbuffers",
+        "flax",
+        "fonttools",
+        "formulaic",
+        "frozenlist",
+        "fsspec",
+        "gpytorch",
+        "grpcio",
+        "h11",
+        "h5py",
+        "hf-xet",
+        "httpcore",
+        "httpx",
+        "huggingface-hub",
+        "humanize",
+        "hypothesis",
+        "idna",
+        "imageio",
+        "iniconfig",
+        "interface-meta",
+        "jax",
+        "jax-cuda13-pjrt",
+        "jax-cuda13-plugin",
+        "jaxlib",
+        "jaxtyping",
+        "jinja2",
+        "joblib",
+        "kiwisolver",
+        "lazy-loader",
+        "lightning",
+        "lightning-utilities",
+        "linear-operator",
+        "lineax",
+        "llvmlite",
+        "lxml",
+        "markdown",
+        "markdown-it-py",
+        "markupsafe",
+        "matplotlib",
+        "mdurl",
+        "meson",
+        "ml-dtypes",
+        "mpi4py",
+        "mpmath",
+        "msgpack",
+        "multidict",
+        "multipledispatch",
+        "mypy-extensions",
+        "nanobind",
+        "narwhals",
+        "networkx",
+        "ninja",
+        "numba",
+        "numba-cuda",
+        "numpy",
+        "numpyro",
+        "nvidia-cublas",
+        "nvidia-cuda-cupti",
+        "nvidia-cuda-nvrtc",
+        "nvidia-cuda-runtime",
+        "nvidia-cudnn-cu13",
+        "nvidia-cufft",
+        "nvidia-cufile",
+        "nvidia-curand",
+        "nvidia-cusolver",
+        "nvidia-cusparse",
+        "nvidia-cusparselt-cu13",
+        "nvidia-ml-py",
+        "nvidia-nccl-cu13",
+        "nvidia-nvjitlink",
+        "nvidia-nvshmem-cu13",
+        "nvidia-nvtx",
+        "onnx",
+        "onnx-ir",
+        "onnxruntime",
+        "onnxscript",
+        "opencv-python-headless",
+        "optax",
+        "opt-einsum",
+        "opt-einsum-fx",
+        "optimistix",
+        "orbax-checkpoint",
+        "packaging",
+        "pandas",
+        "pathspec",
+        "patsy",
+        "peft",
+        "pillow",
+        "pip",
+        "pluggy",
+        "portalocker",
+        "prometheus-client",
+        "propcache",
+        "protobuf",
+        "psutil",
+        "pyarrow",
+        "pybind11",
+        "py-cpuinfo",
+        "pygments",
+        "pyparsing",
+        "pyproject-hooks",
+        "pyre-extensions",
+        "pytest",
+        "pytest-benchmark",
+        "pytest-cov",
+        "pytest-mock",
+        "pytest-timeout",
+        "pytest-xdist",
+        "python-dateutil",
+        "pytorch-lightning",
+        "pyyaml",
+        "regex",
+        "requests",
+        "rich",
+        "sacrebleu",
+        "safetensors",
+        "scikit-build-core",
+        "scikit-image",
+        "scikit-learn",
+        "scipy",
+        "seaborn",
+        "sentencepiece",
+        "sentence-transformers",
+        "setuptools",
+        "shellingham",
+        "simplejson",
+        "six",
+        "sortedcontainers",
+        "statsmodels",
+        "sympy",
+        "tabulate",
+        "tensorboard",
+        "tensorboard-data-server",
+        "tensorstore",
+        "threadpoolctl",
+        "tifffile",
+        "tiktoken",
+        "timm",
+        "tokenizers",
+        "toolz",
+        "torch",
+        "torchaudio",
+        "torchdiffeq",
+        "torch-geometric",
+        "torchmetrics",
+        "torchvision",
+        "tqdm",
+        "transformers",
+        "treescope",
+        "triton",
+        "typer",
+        "typing-extensions",
+        "typing-inspect",
+        "urllib3",
+        "uvloop",
+        "wadler-lindig",
+        "werkzeug",
+        "wheel",
+        "wrapt",
+        "xarray",
+        "xxhash",
+        "yarl",
+        "zipp",
+    ]
+)
 
 # Dependencies not carried: kernel libraries for backends the GPU tier does not select (it runs TRITON_ATTN,
 # TRITON_MLA and the Triton fused-MoE kernels) and the CUDA toolchain they JIT with; vLLM imports each lazily and
@@ -114,8 +324,25 @@ def download(spec: list[str], dest: Path) -> None:
     """`pip download --no-deps` of exact pins for the device's interpreter and platform."""
     dest.mkdir(parents=True, exist_ok=True)
     plat = [a for p in PLATFORMS for a in ("--platform", p)]
-    _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
-          "3.12", "--implementation", "cp", *plat, "-d", str(dest), *spec])
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "--implementation",
+            "cp",
+            *plat,
+            "-d",
+            str(dest),
+            *spec,
+        ]
+    )
 
 
 def wheel_file(dest: Path, name: str, version: str) -> Path:
@@ -148,9 +375,25 @@ def resolve(version: str, before: dt.date, work: Path) -> dict[str, str]:
     """vLLM's dependency closure for CPython 3.12 on x86-64 Linux, nothing published after `before`."""
     req = work / "vllm.in"
     req.write_text(f"vllm=={version}\n")
-    out = _run(["uv", "pip", "compile", str(req), "--python-version", "3.12", "--python-platform",
-                "x86_64-manylinux_2_28", "--exclude-newer", before.isoformat(), "--no-header", "--no-annotate",
-                "-q", "--index-url", os.environ.get("HARNESS_BUNDLE_INDEX", "https://pypi.org/simple")])
+    out = _run(
+        [
+            "uv",
+            "pip",
+            "compile",
+            str(req),
+            "--python-version",
+            "3.12",
+            "--python-platform",
+            "x86_64-manylinux_2_28",
+            "--exclude-newer",
+            before.isoformat(),
+            "--no-header",
+            "--no-annotate",
+            "-q",
+            "--index-url",
+            os.environ.get("HARNESS_BUNDLE_INDEX", "https://pypi.org/simple"),
+        ]
+    )
     pins = {}
     for line in out.splitlines():
         m = re.match(r"([A-Za-z0-9_.\-]+)==([^\s;]+)", line.strip())
@@ -221,16 +464,21 @@ def slim_tree(whl: Path, tree: Path, arch: int) -> dict:
 
 def archive(tree: Path, dest: Path) -> None:
     """tar.xz of the tree, reproducible: sorted members, owner 0, fixed times, one xz thread."""
+
     def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
         info.uid = info.gid = 0
         info.uname = info.gname = ""
         info.mtime = 0
         return info
 
-    filters = [{"id": lzma.FILTER_X86}, {"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME,
-                                         "dict_size": 256 << 20}]
-    with lzma.open(dest, "wb", format=lzma.FORMAT_XZ, filters=filters) as xz, \
-            tarfile.open(fileobj=xz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    filters = [
+        {"id": lzma.FILTER_X86},
+        {"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": 256 << 20},
+    ]
+    with (
+        lzma.open(dest, "wb", format=lzma.FORMAT_XZ, filters=filters) as xz,
+        tarfile.open(fileobj=xz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for path in sorted(tree.rglob("*")):
             if path.is_file():
                 tar.add(path, arcname=str(path.relative_to(tree)), filter=clean)
@@ -247,7 +495,7 @@ def pack(files: list[Path], out: Path, limit: int) -> list[list[str]]:
         data = f.read_bytes()
         for i in range(0, len(data), limit):
             piece = f.with_name(f"{f.name}.{i // limit:03d}")
-            piece.write_bytes(data[i:i + limit])
+            piece.write_bytes(data[i : i + limit])
             pieces.append(piece)
         f.unlink()
     parts: list[list[Path]] = []
@@ -302,11 +550,19 @@ def build(version: str, out: Path, cache: Path, arch: int, torch: str, part_mib:
         files = sorted(staging.iterdir())
         layout = pack(files, bundle, part_mib << 20)
     manifest = {
-        "vllm": version, "wheel": whl.name, "wheel_sha256": _sha(whl), "arch": f"sm_{arch}", "torch": torch,
-        "resolved_before": before.isoformat(), "archive": tar_name, "archive_sha256": tar_sha,
-        "dependencies": deps, "not_carried_device_has": sorted(n for n in pins if n in DEVICE_HAS),
+        "vllm": version,
+        "wheel": whl.name,
+        "wheel_sha256": _sha(whl),
+        "arch": f"sm_{arch}",
+        "torch": torch,
+        "resolved_before": before.isoformat(),
+        "archive": tar_name,
+        "archive_sha256": tar_sha,
+        "dependencies": deps,
+        "not_carried_device_has": sorted(n for n in pins if n in DEVICE_HAS),
         "not_carried_optional": {n: OPTIONAL[n] for n in sorted(pins) if n in OPTIONAL},
-        "slim": {**slim, "static_libraries_left_out": static}, "parts": {f"part{k}": names for k, names in enumerate(layout, 1)},
+        "slim": {**slim, "static_libraries_left_out": static},
+        "parts": {f"part{k}": names for k, names in enumerate(layout, 1)},
         "files": {},
     }
     for k, names in enumerate(layout, 1):
@@ -326,8 +582,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.gpu.bundle", description=__doc__.split("\n")[0])
     ap.add_argument("version", help="vLLM release, e.g. 0.22.0")
     ap.add_argument("--out", type=Path, default=Path("build/gpu-bundle"))
-    ap.add_argument("--cache", type=Path, default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-                    / "speculators-vllm-harness" / "wheels")
+    ap.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "speculators-vllm-harness" / "wheels",
+    )
     ap.add_argument("--arch", type=int, default=90, help="the GPU's SM version (90: H100/H200)")
     ap.add_argument("--torch", default="2.11.0", help="the device's torch release")
     ap.add_argument("--part-mib", type=int, default=55, help="largest part, MiB (a call carries 64 MiB)")
@@ -336,8 +595,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harness.gpu.bundle: not a release version: {args.version!r}", file=sys.stderr)
         return 2
     try:
-        manifest = build(args.version, args.out.resolve(), args.cache.resolve(), args.arch, args.torch,
-                         args.part_mib)
+        manifest = build(args.version, args.out.resolve(), args.cache.resolve(), args.arch, args.torch, args.part_mib)
     except Refused as why:
         print(f"harness.gpu.bundle: {why}", file=sys.stderr)
         return 2
@@ -345,8 +603,10 @@ def main(argv: list[str] | None = None) -> int:
     for part, names in manifest["parts"].items():
         size = sum((bundle / part / n).stat().st_size for n in names)
         print(f"{bundle / part}: {len(names)} file(s), {size / 2**20:.1f} MiB")
-    print(f"{len(manifest['dependencies'])} dependency wheels; not carried: "
-          f"{len(manifest['not_carried_device_has'])} the device has, {len(manifest['not_carried_optional'])} optional")
+    print(
+        f"{len(manifest['dependencies'])} dependency wheels; not carried: "
+        f"{len(manifest['not_carried_device_has'])} the device has, {len(manifest['not_carried_optional'])} optional"
+    )
     return 0
 
 

@@ -32,7 +32,7 @@ def _fatbin_section(buf: bytes | bytearray) -> tuple[int, int] | None:
     """(offset, size) of the ELF64 `.nv_fatbin` section, or None when the file has none."""
     if buf[:4] != b"\x7fELF" or buf[4] != 2:
         return None
-    shoff, = struct.unpack_from("<Q", buf, 0x28)
+    (shoff,) = struct.unpack_from("<Q", buf, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", buf, 0x3A)
     if not shoff or shstrndx >= shnum:
         return None
@@ -45,7 +45,7 @@ def _fatbin_section(buf: bytes | bytearray) -> tuple[int, int] | None:
     for i in range(shnum):
         name, offset, size = section(i)
         end = buf.index(b"\0", names_at + name)
-        if bytes(buf[names_at + name:end]) == b".nv_fatbin":
+        if bytes(buf[names_at + name : end]) == b".nv_fatbin":
             return offset, size
     return None
 
@@ -66,7 +66,7 @@ def containers(buf: bytes | bytearray) -> list[list[Entry]]:
         at, stop = pos + header_size, pos + header_size + body_size
         while at < stop:
             kind, _v, entry_header, payload = struct.unpack_from("<HHIQ", buf, at)
-            arch, = struct.unpack_from("<I", buf, at + 28)
+            (arch,) = struct.unpack_from("<I", buf, at + 28)
             if entry_header == 0:
                 break
             entries.append(Entry(kind, arch, at + entry_header, payload))
@@ -94,7 +94,7 @@ def prune(path: Path, arch: int = 90) -> tuple[int, int]:
         kept += len(usable)
         for e in entries:
             if e not in usable:
-                buf[e.payload_at:e.payload_at + e.payload_size] = bytes(e.payload_size)
+                buf[e.payload_at : e.payload_at + e.payload_size] = bytes(e.payload_size)
                 zeroed += e.payload_size
     if zeroed:
         path.write_bytes(bytes(buf))

@@ -74,9 +74,16 @@ def flop_model(config: dict, tensors: list[tuple[str, tuple, str]]) -> dict:
         v = int(text["v_head_dim"])
     else:
         qk = v = int(text.get("head_dim") or text["hidden_size"] // heads)
-    return {"params_total": total, "params_embedding": embed, "params_lm_head": head,
-            "params_active_per_token": int(active), "layers": int(text["num_hidden_layers"]), "heads": heads,
-            "qk_dim": qk, "v_dim": v}
+    return {
+        "params_total": total,
+        "params_embedding": embed,
+        "params_lm_head": head,
+        "params_active_per_token": int(active),
+        "layers": int(text["num_hidden_layers"]),
+        "heads": heads,
+        "qk_dim": qk,
+        "v_dim": v,
+    }
 
 
 def seeded_tensors(path: str | Path, config: dict) -> list[tuple[str, tuple, str]]:
@@ -100,7 +107,9 @@ def seeded_tensors(path: str | Path, config: dict) -> list[tuple[str, tuple, str
     cfg = copy.deepcopy(config)
     for c in (cfg, cfg.get(spec.get("config_key") or "", {})):
         c.pop("quantization_config", None)  # the layout is the unquantized one; packing does not change the count
-    return [(name, shape, "BF16") for name, shape, _kind in models.weight_layout({"hf_config": cfg, "weights_from": spec})]
+    return [
+        (name, shape, "BF16") for name, shape, _kind in models.weight_layout({"hf_config": cfg, "weights_from": spec})
+    ]
 
 
 def checkpoint_flop_model(path: str | Path) -> dict:

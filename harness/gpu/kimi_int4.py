@@ -33,21 +33,63 @@ from harness.gpu.seeded_loader import LOAD_FORMAT
 RELEASE = "moonshotai/Kimi-K2.5"
 LAYERS = 61  # the released depth
 
-TEXT = {"vocab_size": 163840, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
-        "num_hidden_layers": LAYERS, "first_k_dense_replace": 1, "moe_layer_freq": 1, "num_attention_heads": 64,
-        "num_key_value_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-        "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 384, "n_shared_experts": 1,
-        "num_experts_per_tok": 8, "n_group": 1, "topk_group": 1, "topk_method": "noaux_tc",
-        "scoring_func": "sigmoid", "norm_topk_prob": True, "routed_scaling_factor": 2.827, "torch_dtype": "bfloat16"}
+TEXT = {
+    "vocab_size": 163840,
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "num_hidden_layers": LAYERS,
+    "first_k_dense_replace": 1,
+    "moe_layer_freq": 1,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 64,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "n_routed_experts": 384,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "n_group": 1,
+    "topk_group": 1,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 2.827,
+    "torch_dtype": "bfloat16",
+}
 
 QUANTIZATION = {
-    "quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
-    "config_groups": {"group_0": {
-        "targets": ["Linear"], "input_activations": None, "output_activations": None,
-        "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 32,
-                    "dynamic": False, "actorder": None, "observer": "minmax"}}},
-    "ignore": ["lm_head", "re:.*lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|down)_proj$",
-               "re:.*vision_tower.*", "re:.*mm_projector.*"],
+    "quant_method": "compressed-tensors",
+    "format": "pack-quantized",
+    "quantization_status": "compressed",
+    "config_groups": {
+        "group_0": {
+            "targets": ["Linear"],
+            "input_activations": None,
+            "output_activations": None,
+            "weights": {
+                "num_bits": 4,
+                "type": "int",
+                "symmetric": True,
+                "strategy": "group",
+                "group_size": 32,
+                "dynamic": False,
+                "actorder": None,
+                "observer": "minmax",
+            },
+        }
+    },
+    "ignore": [
+        "lm_head",
+        "re:.*lm_head",
+        "re:.*self_attn.*",
+        "re:.*shared_experts.*",
+        r"re:.*mlp\.(gate|up|down)_proj$",
+        "re:.*vision_tower.*",
+        "re:.*mm_projector.*",
+    ],
     "kv_cache_scheme": None,
 }
 
@@ -60,8 +102,10 @@ def fixture(layers: int = 3) -> dict:
     if not 2 <= layers <= LAYERS:
         raise ValueError(f"layers must be 2..{LAYERS} (one dense layer, then MoE layers), got {layers}")
     fx = copy.deepcopy(models.load_fixture("tiny-kimi-k25"))
-    fx["description"] = (f"{RELEASE} as released (shape and INT4 routed experts) at {layers} of {LAYERS} layers; "
-                         f"weights from the {LOAD_FORMAT} loader")
+    fx["description"] = (
+        f"{RELEASE} as released (shape and INT4 routed experts) at {layers} of {LAYERS} layers; "
+        f"weights from the {LOAD_FORMAT} loader"
+    )
     text = fx["hf_config"]["text_config"]
     text.update(copy.deepcopy(TEXT), num_hidden_layers=layers, quantization_config=copy.deepcopy(QUANTIZATION))
     fx["hf_config"]["torch_dtype"] = "bfloat16"
@@ -82,8 +126,9 @@ def folder(layers: int = 3, root: Path | None = None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".kimi-k25-int4-", dir=root))
     models.write_config_folder(tmp, fx)
-    (tmp / SEEDED_MARKER).write_text(json.dumps({"load_format": LOAD_FORMAT, "release": RELEASE,
-                                                 "layers": layers}, indent=2) + "\n")
+    (tmp / SEEDED_MARKER).write_text(
+        json.dumps({"load_format": LOAD_FORMAT, "release": RELEASE, "layers": layers}, indent=2) + "\n"
+    )
     try:
         os.rename(tmp, final)
     except OSError:
@@ -93,9 +138,11 @@ def folder(layers: int = 3, root: Path | None = None) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.gpu.kimi_int4",
-                                 description="Write the config folder of Kimi-K2.5 as released, cut to --layers, "
-                                             "loaded without weights on disk; print its path.")
+    ap = argparse.ArgumentParser(
+        prog="python -m harness.gpu.kimi_int4",
+        description="Write the config folder of Kimi-K2.5 as released, cut to --layers, "
+        "loaded without weights on disk; print its path.",
+    )
     ap.add_argument("--layers", type=int, default=3, help=f"depth, 2..{LAYERS} (default 3: one dense, two MoE)")
     ap.add_argument("--root", type=Path, help="where to write it (default: the harness model cache)")
     args = ap.parse_args(argv)

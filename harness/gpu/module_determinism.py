@@ -63,8 +63,11 @@ def modules_to_watch(model) -> list[tuple[str, object]]:
             child = getattr(module, part)
             found.append((f"{name}.{part}", child))
             if part == "mlp":
-                found += [(f"{name}.mlp.{sub}", getattr(child, sub)) for sub in MLP_PARTS
-                          if getattr(child, sub, None) is not None and hasattr(getattr(child, sub), "forward")]
+                found += [
+                    (f"{name}.mlp.{sub}", getattr(child, sub))
+                    for sub in MLP_PARTS
+                    if getattr(child, sub, None) is not None and hasattr(getattr(child, sub), "forward")
+                ]
     return found
 
 
@@ -91,8 +94,15 @@ def record_into(calls: list, name: str, module, rows: int | None = None):
         args, kwargs, output = first_rows(args, rows), first_rows(kwargs, rows), first_rows(output, rows)
         outs = _tensors(output)
         kept = [t.detach().float().cpu() for t in outs] if len(calls) < KEEP_TENSORS else None
-        calls.append({"module": name, "class": type(mod).__name__, "inputs": digest((args, kwargs)),
-                      "output": digest(output), "kept": kept})
+        calls.append(
+            {
+                "module": name,
+                "class": type(mod).__name__,
+                "inputs": digest((args, kwargs)),
+                "output": digest(output),
+                "kept": kept,
+            }
+        )
 
     return module.register_forward_hook(hook, with_kwargs=True)
 
@@ -131,9 +141,13 @@ def first_divergence(first: list[dict], second: list[dict]) -> dict:
     """Compare two recordings of the same batch call by call: `culprit` is the first call with equal inputs and
     different outputs (None where every output matched or the runs made different calls), with how many calls
     were compared and how many differed."""
-    out = {"calls": min(len(first), len(second)), "same_calls": [c["module"] for c in first] ==
-           [c["module"] for c in second], "differing": 0, "culprit": None, "first_inputs_equal":
-           bool(first and second and first[0]["inputs"] == second[0]["inputs"])}
+    out = {
+        "calls": min(len(first), len(second)),
+        "same_calls": [c["module"] for c in first] == [c["module"] for c in second],
+        "differing": 0,
+        "culprit": None,
+        "first_inputs_equal": bool(first and second and first[0]["inputs"] == second[0]["inputs"]),
+    }
     for a, b in zip(first, second, strict=False):
         if a["output"] == b["output"]:
             continue
@@ -148,8 +162,10 @@ def first_divergence(first: list[dict], second: list[dict]) -> dict:
 def _kept_diff(a: dict, b: dict) -> float | None:
     if a["kept"] is None or b["kept"] is None:
         return None
-    return max((float((x - y).abs().max()) for x, y in zip(a["kept"], b["kept"], strict=False) if x.shape == y.shape),
-               default=None)
+    return max(
+        (float((x - y).abs().max()) for x, y in zip(a["kept"], b["kept"], strict=False) if x.shape == y.shape),
+        default=None,
+    )
 
 
 def diagnose(generator, prompts) -> dict:

@@ -39,7 +39,11 @@ def engage(worker) -> bool:
 def _compare(first, second) -> dict:
     import torch
 
-    pairs = [(a, b) for r1, r2 in zip(first, second, strict=True) for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True)]
+    pairs = [
+        (a, b)
+        for r1, r2 in zip(first, second, strict=True)
+        for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True)
+    ]
     bitwise = all(torch.equal(a, b) for a, b in pairs)
     diff = 0.0 if bitwise else max(float((a.float() - b.float()).abs().max()) for a, b in pairs)
     return {"bitwise": bitwise, "max_abs_diff": diff}
@@ -56,9 +60,14 @@ def experiment(model_path: str, tp: int, share: float, backend: str | None) -> d
     prompts = tier.load_prompts(tier.DEFAULT_PROMPTS, tokenizer)
     out: dict = {"model_path": Path(model_path).name, "prompts": len(prompts), "tokens": sum(map(len, prompts))}
     t0 = time.perf_counter()
-    gen = HarnessGenerator(model_path, None, gpu_memory_utilization=share, tensor_parallel_size=tp,
-                           disable={"moeorder"},
-                           options=Options(dtype="bfloat16", attention_backend=backend, language_model_only=True))
+    gen = HarnessGenerator(
+        model_path,
+        None,
+        gpu_memory_utilization=share,
+        tensor_parallel_size=tp,
+        disable={"moeorder"},
+        options=Options(dtype="bfloat16", attention_backend=backend, language_model_only=True),
+    )
     try:
         out["generator_start_s"] = round(time.perf_counter() - t0, 1)
         out["moe_methods"] = tier.moe_methods_of(gen)
@@ -67,15 +76,18 @@ def experiment(model_path: str, tp: int, share: float, backend: str | None) -> d
             if label == "canonical_order":
                 out["engaged"] = rpc("_harness_call", args=(engage,))
             a, b = gen.generate(prompts), gen.generate(prompts)
-            out[label] = {"same_batch_twice": _compare(a, b),
-                          "diagnosis": module_determinism.diagnose(gen, prompts)}
+            out[label] = {"same_batch_twice": _compare(a, b), "diagnosis": module_determinism.diagnose(gen, prompts)}
             alone = [gen.generate([p])[0] for p in prompts]
             out[label]["alone_vs_batch"] = _compare(a, alone)
-            big = batches.straddling_batch(int(gen.vllm_config.scheduler_config.max_num_batched_tokens),
-                                                gen.vocab_size)
+            big = batches.straddling_batch(int(gen.vllm_config.scheduler_config.max_num_batched_tokens), gen.vocab_size)
             out[label]["fast_vs_loop"] = _compare(gen.generate(big), gen.generate(big, fast=True))
-            print(label, json.dumps({k: v for k, v in out[label].items() if k != "diagnosis"}),
-                  "culprit:", out[label]["diagnosis"].get("culprit"), flush=True)
+            print(
+                label,
+                json.dumps({k: v for k, v in out[label].items() if k != "diagnosis"}),
+                "culprit:",
+                out[label]["diagnosis"].get("culprit"),
+                flush=True,
+            )
     finally:
         gen.close()
     return out

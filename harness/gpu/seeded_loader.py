@@ -67,14 +67,24 @@ def seed_weights(model) -> dict:
                     tensor.uniform_(0.5 * scale, 1.5 * scale, generator=gen)
                     counts["scale"] += 1
                 else:
-                    bound = WEIGHT_STD * 3 ** 0.5
+                    bound = WEIGHT_STD * 3**0.5
                     tensor.uniform_(-bound, bound, generator=gen)
                     counts["weight"] += 1
             elif name.endswith("weight_packed") and tensor.dtype == torch.int32:
                 rows = tensor.view(tensor.shape[0], -1) if tensor.dim() > 1 else tensor.view(1, -1)
                 for row in rows:  # one row (an expert) at a time: no temporary the size of all experts
-                    row.copy_(centred_int4(torch.randint(-2**31, 2**31 - 1, tuple(row.shape), dtype=torch.int32,
-                                                         device=row.device, generator=gen)))
+                    row.copy_(
+                        centred_int4(
+                            torch.randint(
+                                -(2**31),
+                                2**31 - 1,
+                                tuple(row.shape),
+                                dtype=torch.int32,
+                                device=row.device,
+                                generator=gen,
+                            )
+                        )
+                    )
                 counts["packed"] += 1
             else:
                 tensor.zero_()

@@ -30,16 +30,23 @@ GPU_REPORTS = REPORTS / "gpu"
 #: The tier check that a prompt alone gives its states in a batch (named in reports; the matrix reads it back).
 ALONE_CHECK = "each prompt alone == inside the batch"
 TOLERANCE = {"float32": 1e-5, "bfloat16": 5e-2, "float16": 1e-2}
-REL_TOLERANCE = {"float32": 1e-5, "bfloat16": 2 ** -5, "float16": 2 ** -8}
+REL_TOLERANCE = {"float32": 1e-5, "bfloat16": 2**-5, "float16": 2**-8}
 
 
 def bound(dtype: str, tensors) -> float:
     """The tolerance for differences between these tensors and others of the same prompts (see TOLERANCE)."""
     absmax = max((float(t.float().abs().max()) for t in tensors if t.numel()), default=0.0)
     return max(TOLERANCE[dtype], REL_TOLERANCE[dtype] * absmax)
+
+
 #: Reasons a requested GPU test may skip; any other skip of a requested run is a failure.
-ALLOWED_SKIPS = ("no CUDA device", "fewer GPUs than tensor_parallel_size", "model path", "dry run on CPU",
-                 "throughput not asked for")
+ALLOWED_SKIPS = (
+    "no CUDA device",
+    "fewer GPUs than tensor_parallel_size",
+    "model path",
+    "dry run on CPU",
+    "throughput not asked for",
+)
 
 
 @dataclass
@@ -103,14 +110,17 @@ def load_prompts(path: str | Path, tokenizer) -> list[list[int]]:
 def device_info() -> dict:
     import torch
 
-    info = {"cuda_available": torch.cuda.is_available(), "torch": torch.__version__,
-            "torch_cuda": torch.version.cuda}
+    info = {"cuda_available": torch.cuda.is_available(), "torch": torch.__version__, "torch_cuda": torch.version.cuda}
     if torch.cuda.is_available():
         info["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         info["device_count"] = torch.cuda.device_count()
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         if out.returncode == 0:
             info["nvidia_smi"] = [line.strip() for line in out.stdout.strip().splitlines()]
     except (OSError, subprocess.TimeoutExpired):
@@ -121,8 +131,12 @@ def device_info() -> dict:
 def gpu_processes() -> list[int]:
     """PIDs nvidia-smi lists as using a GPU (may be empty in containers that hide PIDs)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [int(x) for x in out.stdout.split() if x.strip().isdigit()]
@@ -138,10 +152,16 @@ def fingerprint(results: list[dict], layer_ids: list[int]) -> dict:
         stacked = torch.cat([r["hidden_states"][i].contiguous() for r in results], dim=0)
         as_f32 = stacked.float()
         digest = hashlib.sha256(stacked.cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
-        out[str(layer)] = {"sha256": digest, "dtype": str(stacked.dtype).replace("torch.", ""),
-                           "rows": int(stacked.shape[0]), "mean": float(as_f32.mean()), "std": float(as_f32.std()),
-                           "min": float(as_f32.min()), "max": float(as_f32.max()),
-                           "absmax": float(as_f32.abs().max())}
+        out[str(layer)] = {
+            "sha256": digest,
+            "dtype": str(stacked.dtype).replace("torch.", ""),
+            "rows": int(stacked.shape[0]),
+            "mean": float(as_f32.mean()),
+            "std": float(as_f32.std()),
+            "min": float(as_f32.min()),
+            "max": float(as_f32.max()),
+            "absmax": float(as_f32.abs().max()),
+        }
     return out
 
 
@@ -160,8 +180,9 @@ class Drift:
 def compare(previous: dict | None, current: dict, previous_name: str | None = None, rel_tol: float = 1e-3) -> Drift:
     """Bitwise drift (hash) and statistical drift (mean/std/absmax beyond rel_tol) per layer."""
     if not previous:
-        return Drift(None, False, ["no earlier report of the same run (model, weights, TP, dtype, prompts, layers)"],
-                     NO_BASELINE)
+        return Drift(
+            None, False, ["no earlier report of the same run (model, weights, TP, dtype, prompts, layers)"], NO_BASELINE
+        )
     d = Drift(previous_name)
     for layer, cur in current.items():
         old = previous.get(layer)
@@ -171,10 +192,15 @@ def compare(previous: dict | None, current: dict, previous_name: str | None = No
             continue
         if old["sha256"] != cur["sha256"]:
             d.drifted = True
-            stats = [f"{k} {old[k]:.6g} -> {cur[k]:.6g}" for k in ("mean", "std", "absmax")
-                     if abs(cur[k] - old[k]) > rel_tol * max(abs(old[k]), 1e-12)]
-            d.changes.append(f"layer {layer}: bytes differ" + (f"; {', '.join(stats)}" if stats else
-                                                               " (statistics within tolerance)"))
+            stats = [
+                f"{k} {old[k]:.6g} -> {cur[k]:.6g}"
+                for k in ("mean", "std", "absmax")
+                if abs(cur[k] - old[k]) > rel_tol * max(abs(old[k]), 1e-12)
+            ]
+            d.changes.append(
+                f"layer {layer}: bytes differ"
+                + (f"; {', '.join(stats)}" if stats else " (statistics within tolerance)")
+            )
     d.outcome = DRIFT if d.drifted else NO_DRIFT
     return d
 
@@ -197,11 +223,17 @@ def weights_identity(model_path: str | Path) -> dict:
         from harness.gpu import seeded_loader
 
         seeding = (seeded_loader.centred_int4, seeded_loader.seed_weights)
-        code = (f"{seeded_loader.LOAD_FORMAT} {seeded_loader.WEIGHT_STD} {seeded_loader.INT4_CODE_STD}\n"
-                + "".join(inspect.getsource(f) for f in seeding)).encode()
+        code = (
+            f"{seeded_loader.LOAD_FORMAT} {seeded_loader.WEIGHT_STD} {seeded_loader.INT4_CODE_STD}\n"
+            + "".join(inspect.getsource(f) for f in seeding)
+        ).encode()
         h = hashlib.sha256(marker.read_bytes() + code)
-        return {"sha256": h.hexdigest(), "method": f"no files: {SEEDED_MARKER} and the seeding code (seed_weights)",
-                "files": 0, "bytes": 0}
+        return {
+            "sha256": h.hexdigest(),
+            "method": f"no files: {SEEDED_MARKER} and the seeding code (seed_weights)",
+            "files": 0,
+            "bytes": 0,
+        }
     files = sorted(Path(model_path).glob("*.safetensors")) or sorted(Path(model_path).glob("*.bin"))
     total = sum(f.stat().st_size for f in files)
     full = total <= FULL_HASH_LIMIT
@@ -220,22 +252,32 @@ def weights_identity(model_path: str | Path) -> dict:
             for offset in (size // 2, max(size - SAMPLE, 0)):
                 fh.seek(offset)
                 h.update(fh.read(SAMPLE))
-    return {"sha256": h.hexdigest(), "method": "every byte" if full else "sizes, safetensors headers, sampled blocks",
-            "files": len(files), "bytes": total}
+    return {
+        "sha256": h.hexdigest(),
+        "method": "every byte" if full else "sizes, safetensors headers, sampled blocks",
+        "files": len(files),
+        "bytes": total,
+    }
 
 
 def run_key(model_path: str | Path, tp: int, dtype: str, prompts: list[list[int]], layer_ids: list[int]) -> dict:
     """The identity of a nightly run: the drift baseline is the newest earlier report with the same key."""
     config = json.loads((Path(model_path) / "config.json").read_text())
-    parts = {"config_sha256": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
-             "weights": weights_identity(model_path), "tp": int(tp), "dtype": dtype,
-             "prompts_sha256": hashlib.sha256(json.dumps(prompts).encode()).hexdigest(),
-             "layer_ids": [int(i) for i in layer_ids]}
+    parts = {
+        "config_sha256": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
+        "weights": weights_identity(model_path),
+        "tp": int(tp),
+        "dtype": dtype,
+        "prompts_sha256": hashlib.sha256(json.dumps(prompts).encode()).hexdigest(),
+        "layer_ids": [int(i) for i in layer_ids],
+    }
     key = {k: v for k, v in parts.items() if k != "weights"} | {"weights_sha256": parts["weights"]["sha256"]}
     return {"key": hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest(), **parts}
 
 
-def baseline(directory: Path | list[Path], key: str, before: str, exclude: Path | None = None) -> tuple[str, dict] | None:
+def baseline(
+    directory: Path | list[Path], key: str, before: str, exclude: Path | None = None
+) -> tuple[str, dict] | None:
     """The newest report whose run key is `key` in `directory` (or any of several: the run's report folder and the
     committed reports/gpu, so that a fresh checkout's nightly finds the baseline it was given), dated before
     `before` (YYYY-MM-DD), or on that date when it is not `exclude` (the file this run writes)."""
@@ -300,8 +342,11 @@ def moe_methods(worker) -> dict:
         for k, v in vars(qm).items():
             if not any(s in k.lower() for s in ("kernel", "backend", "marlin", "experts")):
                 continue
-            entry["attributes"][k] = v if isinstance(v, (str, bool, int, float)) or v is None else (
-                str(v) if hasattr(v, "name") and not callable(v) else type(v).__name__)
+            entry["attributes"][k] = (
+                v
+                if isinstance(v, (str, bool, int, float)) or v is None
+                else (str(v) if hasattr(v, "name") and not callable(v) else type(v).__name__)
+            )
     return found
 
 

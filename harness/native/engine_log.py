@@ -16,8 +16,14 @@ _LOG_PREFIX = re.compile(r"^(?:\(\w+ pid=\d+\)\s*)?(?:(?:ERROR|WARNING|INFO|DEBU
 _EXC_LINE = re.compile(r"^((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit))(?::\s*(.*))?$")
 _FILE_LINE = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 #: Exceptions that only say "see above": the root cause is the first exception line that is not one of them.
-_WRAPPERS = ("Engine core initialization failed", "Worker failed with error", "EngineCore encountered",
-             "EngineDeadError", "See root cause above", "see stack trace")
+_WRAPPERS = (
+    "Engine core initialization failed",
+    "Worker failed with error",
+    "EngineCore encountered",
+    "EngineDeadError",
+    "See root cause above",
+    "see stack trace",
+)
 
 
 #: Failures of the platform, not of the layers asked for: retrying with other layer ids cannot change them.

@@ -73,6 +73,8 @@ def layers_asked(data: dict, path: str, engine_ids: list[int], asked_ids: list[i
     hs = data.get("hidden_states")
     if hs is None or hs.dim() != 3 or hs.shape[1] != len(engine_ids) or (tokens is not None and hs.shape[0] != tokens):
         layout = layout_of(data)
-        raise ValueError(f"{path}: expected hidden_states [{'tokens' if tokens is None else tokens}, {len(engine_ids)}, "
-                         f"hidden], the file holds {layout}")
+        raise ValueError(
+            f"{path}: expected hidden_states [{'tokens' if tokens is None else tokens}, {len(engine_ids)}, "
+            f"hidden], the file holds {layout}"
+        )
     return [hs[:, engine_ids.index(j), :] for j in asked_ids]

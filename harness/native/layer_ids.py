@@ -27,7 +27,9 @@ def map_layer_ids(layer_ids, num_layers: int, *, to: str = "native") -> list[int
     if to == "speculators":
         bad = [i for i in ids if not NATIVE_SHIFT <= i <= n]
         if bad:
-            raise ValueError(f"vLLM native layer ids {bad} have no speculators equivalent: valid 1..{n} "
-                             f"(native 0 is the embeddings; the model has {n} decoder layers)")
+            raise ValueError(
+                f"vLLM native layer ids {bad} have no speculators equivalent: valid 1..{n} "
+                f"(native 0 is the embeddings; the model has {n} decoder layers)"
+            )
         return [i - NATIVE_SHIFT for i in ids]
     raise ValueError(f"to must be 'native' or 'speculators', not {to!r}")

@@ -32,15 +32,22 @@ def speculative_methods() -> list[str]:
 
 def probe_method() -> NativeProbe:
     """The speculative method `extract_hidden_states` exists (SpeculativeConfig's method literal)."""
+
     def verdict(methods):
         has = METHOD in methods
         return has, (f"{METHOD!r} among {len(methods)} methods" if has else f"{METHOD!r} absent; methods: {methods}")
-    return checked(f"speculative method {METHOD!r} exists", "typing.get_args(vllm.config.speculative.SpeculativeMethod)",
-                    speculative_methods, verdict)
+
+    return checked(
+        f"speculative method {METHOD!r} exists",
+        "typing.get_args(vllm.config.speculative.SpeculativeMethod)",
+        speculative_methods,
+        verdict,
+    )
 
 
 def probe_connector() -> NativeProbe:
     """The KV connector is registered with vLLM's factory, and its class imports."""
+
     def look():
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 
@@ -55,6 +62,7 @@ def probe_connector() -> NativeProbe:
         if cls is None:
             return False, f"{CONNECTOR!r} not registered; registered: {names}"
         return True, f"registered -> {cls.__module__}.{cls.__qualname__}"
+
     return checked(f"kv connector {CONNECTOR!r} is registered", "KVConnectorFactory._registry[...]()", look, verdict)
 
 
@@ -92,7 +100,7 @@ def runner_refusal() -> str | None:
     said = RUNNER_REFUSES.search(probe.measured) if probe.result != "pass" else None
     if said is None:
         return None
-    return f"not runnable on this build: {chosen}; vLLM refuses the export there: \"{said.group(0).strip()}\""
+    return f'not runnable on this build: {chosen}; vLLM refuses the export there: "{said.group(0).strip()}"'
 
 
 def probe_config(model, layer_ids: list[int]) -> NativeProbe:
@@ -107,13 +115,22 @@ def probe_config(model, layer_ids: list[int]) -> NativeProbe:
         spec = cfg.speculative_config
         ids = list(getattr(spec.draft_model_config.hf_config, "eagle_aux_hidden_state_layer_ids", []) or [])
         kv = cfg.kv_transfer_config
-        got = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens,
-               "eagle_aux_hidden_state_layer_ids": ids, "kv_connector": kv.kv_connector, "kv_role": kv.kv_role}
+        got = {
+            "method": spec.method,
+            "num_speculative_tokens": spec.num_speculative_tokens,
+            "eagle_aux_hidden_state_layer_ids": ids,
+            "kv_connector": kv.kv_connector,
+            "kv_role": kv.kv_role,
+        }
         return (spec.method == METHOD and ids == native and kv.kv_connector == CONNECTOR), got
-    return checked("speculative_config + kv_transfer_config accepted and carried into the engine config",
-                    f"EngineArgs(speculative_config={speculative_config(native)}, kv_transfer_config="
-                    f"{{kv_connector: {CONNECTOR}, ...}}, enable_chunked_prefill=False).create_engine_config()",
-                    lambda: engine_args(kw).create_engine_config(), verdict)
+
+    return checked(
+        "speculative_config + kv_transfer_config accepted and carried into the engine config",
+        f"EngineArgs(speculative_config={speculative_config(native)}, kv_transfer_config="
+        f"{{kv_connector: {CONNECTOR}, ...}}, enable_chunked_prefill=False).create_engine_config()",
+        lambda: engine_args(kw).create_engine_config(),
+        verdict,
+    )
 
 
 def probe_chunked_prefill(model, layer_ids: list[int]) -> NativeProbe:
@@ -127,9 +144,13 @@ def probe_chunked_prefill(model, layer_ids: list[int]) -> NativeProbe:
 
     def verdict(cfg):
         return True, f"accepted (chunked prefill {'on' if cfg.scheduler_config.enable_chunked_prefill else 'off'})"
-    return checked("native keys accepted with vLLM's default scheduler (chunked prefill on)",
-                    "EngineArgs(<native keys>, enable_chunked_prefill default).create_engine_config()",
-                    lambda: engine_args(kw).create_engine_config(), verdict)
+
+    return checked(
+        "native keys accepted with vLLM's default scheduler (chunked prefill on)",
+        "EngineArgs(<native keys>, enable_chunked_prefill default).create_engine_config()",
+        lambda: engine_args(kw).create_engine_config(),
+        verdict,
+    )
 
 
 def probe_supports_eagle3(model) -> NativeProbe:
@@ -141,6 +162,7 @@ def probe_supports_eagle3(model) -> NativeProbe:
     DeepseekV2/V3 and Kimi-K2.5 gain it in 0.18. Read from the model registry: the class vLLM would
     instantiate for the checkpoint's architecture. What an engine start does is recorded separately.
     """
+
     def look():
         from vllm.model_executor.models import ModelRegistry
         from vllm.model_executor.models.interfaces import supports_eagle3
@@ -153,8 +175,13 @@ def probe_supports_eagle3(model) -> NativeProbe:
     def verdict(value):
         cls, ok = value
         return ok, f"{cls.__name__}: supports_eagle3 = {ok}"
-    return checked(f"{model.architecture} implements SupportsEagle3",
-                    f"supports_eagle3(ModelRegistry._try_load_model_cls({model.architecture!r}))", look, verdict)
+
+    return checked(
+        f"{model.architecture} implements SupportsEagle3",
+        f"supports_eagle3(ModelRegistry._try_load_model_cls({model.architecture!r}))",
+        look,
+        verdict,
+    )
 
 
 def connector_writes_lock_files() -> bool:

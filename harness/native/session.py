@@ -77,9 +77,11 @@ def start(name: str, ours) -> NativeRun:
     without_last: NativeExportError | None = None  # the first failure, when the last layer was then dropped
     while True:
         nr.layer_ids = layers
-        nr.called = (f"LLM({model.architecture}, dtype=float32, speculative_config={{method: {METHOD}, "
-                     f"eagle_aux_hidden_state_layer_ids: {sorted(set(map_layer_ids(layers, model.num_layers)))}}}, "
-                     f"kv_connector={CONNECTOR}).generate(max_tokens=1)")
+        nr.called = (
+            f"LLM({model.architecture}, dtype=float32, speculative_config={{method: {METHOD}, "
+            f"eagle_aux_hidden_state_layer_ids: {sorted(set(map_layer_ids(layers, model.num_layers)))}}}, "
+            f"kv_connector={CONNECTOR}).generate(max_tokens=1)"
+        )
         exporter = None
         try:
             exporter = NativeExporter(model, layers, gpu_memory_utilization=gpu_share())
@@ -88,8 +90,13 @@ def start(name: str, ours) -> NativeRun:
             if exporter is not None:
                 exporter.close()
             attempt = Attempt.failed(type(e.error).__name__, str(e), stage=e.stage, root_cause=e.root_cause)
-            if (e.stage == "extract" and last in layers and len(set(layers)) > 1 and without_last is None
-                    and not platform_failure(e)):
+            if (
+                e.stage == "extract"
+                and last in layers
+                and len(set(layers)) > 1
+                and without_last is None
+                and not platform_failure(e)
+            ):
                 # Started, then failed on real requests: try again without the last layer's output, the one id
                 # some model classes do not capture (their loop collects inputs of layers 0..n-1 only).
                 without_last, first_called = e, nr.called
@@ -109,19 +116,31 @@ def start(name: str, ours) -> NativeRun:
             nr.last_layer = last_layer_verdict(last_check, first_called, without_last, None)
         else:
             nr.last_layer = NativeProbe(
-                last_check, nr.called, Attempt(True), f"speculators' {last} -> native {model.num_layers} exported"
-                if last in layers else f"speculators' {last} not requested", True if last in layers else None)
+                last_check,
+                nr.called,
+                Attempt(True),
+                f"speculators' {last} -> native {model.num_layers} exported"
+                if last in layers
+                else f"speculators' {last} not requested",
+                True if last in layers else None,
+            )
         return nr
 
 
-def last_layer_verdict(check: str, called: str, with_last: NativeExportError,
-                        without: NativeExportError | None) -> NativeProbe:
+def last_layer_verdict(
+    check: str, called: str, with_last: NativeExportError, without: NativeExportError | None
+) -> NativeProbe:
     """Whether the last layer's output is what broke the first run: only if leaving it out changed the outcome."""
     failed = Attempt.failed(type(with_last.error).__name__, str(with_last), root_cause=with_last.root_cause)
     if without is None:
         return NativeProbe(check, called + " (without it the run works)", failed)
     if (without.root_cause or str(without)) == (with_last.root_cause or str(with_last)):
-        return NativeProbe(check, called, failed, not_applicable=(
-            f"not observable: the native path fails the same way with and without it: {with_last}"))
-    return NativeProbe(check, called + f" (without it the run gets further, then fails: {without.root_cause or without})",
-                          failed)
+        return NativeProbe(
+            check,
+            called,
+            failed,
+            not_applicable=(f"not observable: the native path fails the same way with and without it: {with_last}"),
+        )
+    return NativeProbe(
+        check, called + f" (without it the run gets further, then fails: {without.root_cause or without})", failed
+    )

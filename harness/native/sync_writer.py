@@ -26,9 +26,11 @@ import torch
 
 #: What the upstream connector's CUDA-only writer raised on the CPU builds, in the engine's log: 0.22 (opening the
 #: copy stream), 0.25 (wait_event on the CPU placeholder), 0.28-0.32 (the pinned host buffer).
-FAILURES = (r"CUDA driver version is insufficient for CUDA runtime version"
-            r"|'_StreamPlaceholder' object has no attribute 'wait_event'"
-            r"|Found no NVIDIA driver on your system")
+FAILURES = (
+    r"CUDA driver version is insufficient for CUDA runtime version"
+    r"|'_StreamPlaceholder' object has no attribute 'wait_event'"
+    r"|Found no NVIDIA driver on your system"
+)
 NAME = "SyncWriteHiddenStatesConnector"
 MODULE = __name__
 

@@ -43,33 +43,52 @@ class Verdict:
         forward not this model's (then plain vLLM agreeing makes the cell speculators')."""
         import os
 
-        how = " (run with VLLM_MLA_DISABLE=1: this build cannot run MLA)" if os.environ.get("VLLM_MLA_DISABLE") == "1" else ""
+        how = (
+            " (run with VLLM_MLA_DISABLE=1: this build cannot run MLA)"
+            if os.environ.get("VLLM_MLA_DISABLE") == "1"
+            else ""
+        )
         if speculators_forward and self.started.ok and not self.vllm_wrong:
-            return (f"speculators is at fault: plain vLLM (no speculators) agrees with transformers (eager attention) "
-                    f"on {architecture} ({self.max_abs_diff:.2g} in prompt logprobs), while speculators' replacement "
-                    f"forward skips a step of the model's own ({speculators_forward})") + how
+            return (
+                f"speculators is at fault: plain vLLM (no speculators) agrees with transformers (eager attention) "
+                f"on {architecture} ({self.max_abs_diff:.2g} in prompt logprobs), while speculators' replacement "
+                f"forward skips a step of the model's own ({speculators_forward})"
+            ) + how
         return self._says(architecture) + how
 
     def _says(self, architecture: str) -> str:
         if self.fixture_refused:
-            return (f"the harness's tiny fixture is at fault: plain vLLM (no speculators) asks the fixture's text-only "
-                    f"stand-in processor about media while starting {architecture}, and the stand-in refuses "
-                    f"({self.started.text[:200]})")
+            return (
+                f"the harness's tiny fixture is at fault: plain vLLM (no speculators) asks the fixture's text-only "
+                f"stand-in processor about media while starting {architecture}, and the stand-in refuses "
+                f"({self.started.text[:200]})"
+            )
         if not self.started.ok:
             return f"plain vLLM (no speculators) does not start {architecture} either: {self.started.text[:300]}"
         if self.vllm_wrong:
-            return (f"vLLM CPU build computes {architecture} wrongly: plain vLLM (no speculators) differs from "
-                    f"transformers by {self.max_abs_diff:.3g} in prompt logprobs (agreement bound {AGREE:g})")
-        return (f"plain vLLM (no speculators) agrees with transformers ({self.max_abs_diff:.2g} in prompt logprobs): "
-                f"the harness's shim path is at fault")
+            return (
+                f"vLLM CPU build computes {architecture} wrongly: plain vLLM (no speculators) differs from "
+                f"transformers by {self.max_abs_diff:.3g} in prompt logprobs (agreement bound {AGREE:g})"
+            )
+        return (
+            f"plain vLLM (no speculators) agrees with transformers ({self.max_abs_diff:.2g} in prompt logprobs): "
+            f"the harness's shim path is at fault"
+        )
 
 
 def _engine_kwargs(model, max_model_len: int) -> dict:
     """LLM(...) keywords for a tiny model, text-only for multimodal wrappers (as the harness's Options do)."""
     from vllm.engine.arg_utils import EngineArgs
 
-    kwargs = dict(model=str(model.path), dtype="float32", max_model_len=max_model_len, enforce_eager=True,
-                  enable_prefix_caching=False, trust_remote_code=True, seed=0)
+    kwargs = dict(
+        model=str(model.path),
+        dtype="float32",
+        max_model_len=max_model_len,
+        enforce_eager=True,
+        enable_prefix_caching=False,
+        trust_remote_code=True,
+        seed=0,
+    )
     if (model.run_options or {}).get("language_model_only"):
         from harness.runtime.generator import text_only_kwargs
 
@@ -85,11 +104,17 @@ def plain_vllm_logprobs(model, prompts: list[list[int]], max_model_len: int = 51
 
     llm = LLM(**_engine_kwargs(model, max_model_len))
     try:
-        outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
-                            SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0), use_tqdm=False)
+        outs = llm.generate(
+            [{"prompt_token_ids": p} for p in prompts],
+            SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0),
+            use_tqdm=False,
+        )
     finally:
         shutdown(llm)
-    return [[lp[tok].logprob for lp, tok in zip(o.prompt_logprobs[1:], p[1:], strict=True)] for o, p in zip(outs, prompts, strict=True)]
+    return [
+        [lp[tok].logprob for lp, tok in zip(o.prompt_logprobs[1:], p[1:], strict=True)]
+        for o, p in zip(outs, prompts, strict=True)
+    ]
 
 
 def transformers_logprobs(model, prompts: list[list[int]]) -> list[list[float]]:
@@ -118,12 +143,14 @@ def _in_child(model, prompts: list[list[int]]) -> list[list[float]]:
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "logprobs.json"
-        code = ("import json, sys\n"
-                "from harness.subjects import models\nfrom harness.reporting.attribution import plain_vllm_logprobs\n"
-                "if __name__ == '__main__':\n"
-                f"    m = models.build({model.name!r})\n"
-                f"    prompts = json.loads(open({str(out) + '.in'!r}).read())\n"
-                f"    open({str(out)!r}, 'w').write(json.dumps(plain_vllm_logprobs(m, prompts)))\n")
+        code = (
+            "import json, sys\n"
+            "from harness.subjects import models\nfrom harness.reporting.attribution import plain_vllm_logprobs\n"
+            "if __name__ == '__main__':\n"
+            f"    m = models.build({model.name!r})\n"
+            f"    prompts = json.loads(open({str(out) + '.in'!r}).read())\n"
+            f"    open({str(out)!r}, 'w').write(json.dumps(plain_vllm_logprobs(m, prompts)))\n"
+        )
         Path(str(out) + ".in").write_text(json.dumps(prompts))
         # A child killed by a signal without an error of its own (seen once on vLLM 0.16's CPU build: SIGABRT)
         # gets one more try; a child that reported an error never does.
@@ -133,9 +160,14 @@ def _in_child(model, prompts: list[list[int]]) -> list[list[float]]:
                 return json.loads(out.read_text())
             if proc.returncode >= 0 or re.search(r"(?:Error|Exception): ", proc.stdout + proc.stderr):
                 break
-    errors = [m.group(0).strip() for line in (proc.stdout + proc.stderr).splitlines()
-              if (m := re.search(r"\b\w*(?:Error|Exception): .*", line))]
-    root = next((e for e in errors if "initialization failed" not in e), errors[-1] if errors else f"exit {proc.returncode}")
+    errors = [
+        m.group(0).strip()
+        for line in (proc.stdout + proc.stderr).splitlines()
+        if (m := re.search(r"\b\w*(?:Error|Exception): .*", line))
+    ]
+    root = next(
+        (e for e in errors if "initialization failed" not in e), errors[-1] if errors else f"exit {proc.returncode}"
+    )
     raise RuntimeError(summarize(root, 400))
 
 

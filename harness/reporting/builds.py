@@ -71,7 +71,11 @@ def _tier_model(rep: dict) -> tuple[bool, str, list[str]]:
     off = [k for k, c in (rep.get("contracts") or {}).items() if c.get("expected") not in (None, c.get("outcome"))]
     shims = sorted({k.split("[")[0] for k, c in (rep.get("contracts") or {}).items() if c.get("outcome") == "shimmed"})
     if failed or off:
-        return False, "; ".join([*(f"check failed: {c}" for c in failed), *(f"{k} not as expected" for k in off)]), shims
+        return (
+            False,
+            "; ".join([*(f"check failed: {c}" for c in failed), *(f"{k} not as expected" for k in off)]),
+            shims,
+        )
     return True, f"{len(rep['checks'])} checks passed", shims
 
 
@@ -88,8 +92,10 @@ def _tier_fault(models: dict) -> str:
         by_layer = rep.get("alone_vs_batch_by_layer")
         if by_layer and any(c["check"] == ALONE_CHECK and c.get("result") != "pass" for c in rep["checks"]):
             diffs = ", ".join(f"{k}: {v:.3g}" for k, v in sorted(by_layer.items(), key=lambda kv: int(kv[0])))
-            return (f"vLLM: on {m}, a prompt's states change with the rest of its batch (largest difference by "
-                    f"captured layer: {diffs})")
+            return (
+                f"vLLM: on {m}, a prompt's states change with the rest of its batch (largest difference by "
+                f"captured layer: {diffs})"
+            )
     return "see the tier report"
 
 
@@ -116,9 +122,14 @@ def cuda_cells(report_dir: Path, cell) -> dict[str, dict[str, dict]]:
         why = "; ".join(f"{m}: {w}" for m, (_p, w, _s) in sorted(seen.items())) + f" (vLLM {vllm} CUDA, {device})"
         verdict = (ax.SHIMMED if shims else ax.WORKS) if len(ok) == len(seen) else ax.PARTIAL if ok else ax.BROKEN
         out.setdefault("0.3.0", {})[vllm] = cell(
-            verdict, why, shims if verdict != ax.BROKEN else [], models=ok if verdict == ax.PARTIAL else None,
-            build=CUDA, evidence=_evidence(report_dir, [p for p, _r in models.values()]),
-            fault=None if verdict in (ax.WORKS, ax.SHIMMED) else _tier_fault(models))
+            verdict,
+            why,
+            shims if verdict != ax.BROKEN else [],
+            models=ok if verdict == ax.PARTIAL else None,
+            build=CUDA,
+            evidence=_evidence(report_dir, [p for p, _r in models.values()]),
+            fault=None if verdict in (ax.WORKS, ax.SHIMMED) else _tier_fault(models),
+        )
     for vllm in sorted({v for v, _m in clients}):
         models = {m: clients[(v, m)] for v, m in clients if v == vllm}
         releases = sorted({r for _p, rep in models.values() for r in rep["clients"]})
@@ -131,7 +142,12 @@ def cuda_cells(report_dir: Path, cell) -> dict[str, dict[str, dict]]:
             if unseen:  # a model the client path is checked on that no CUDA report of this release covers
                 why += f"; not observed on CUDA: {', '.join(unseen)}"
             out.setdefault(release, {})[vllm] = cell(
-                verdict, why, models=ok if verdict == ax.PARTIAL else None, build=CUDA, complete=not unseen,
+                verdict,
+                why,
+                models=ok if verdict == ax.PARTIAL else None,
+                build=CUDA,
+                complete=not unseen,
                 evidence=_evidence(report_dir, [p for m, (p, _r) in models.items() if m in got]),
-                fault=None if verdict == ax.WORKS else ax.fault_of(release, got))
+                fault=None if verdict == ax.WORKS else ax.fault_of(release, got),
+            )
     return out

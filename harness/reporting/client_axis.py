@@ -23,8 +23,14 @@ from harness.subjects.releases import CLIENT_FAILS, client_row
 from harness.subjects.releases import CLIENTS as SERVER_CLIENTS
 
 WORKS, SHIMMED, PARTIAL, BROKEN, NOT_RUNNABLE, NOT_ON_CPU, NOT_OBSERVED = (
-    "works natively", "works with our shims", "partial", "broken", "not runnable here", "not on the CPU build",
-    "not observed")
+    "works natively",
+    "works with our shims",
+    "partial",
+    "broken",
+    "not runnable here",
+    "not on the CPU build",
+    "not observed",
+)
 #: Whose fault a failure is, by where it happened.
 CPU_BUILD_FAULT = "vLLM's CPU build"
 #: The builds a cell can be observed on: vLLM's CPU wheel (the tox envs) and its CUDA wheel on sm_90 (H100/H200).
@@ -40,24 +46,45 @@ SERVER_CLIENT_HOW = {
 CLIENTS = {
     "0.3.0": "in-process generator (vllm_hidden_states_generator), through the harness's shims",
     "0.4.0": "in-process generator as shipped (its own ports of the fixes), tiny Llama",
-    **{v: "vllm serve with vLLM's native export, " + SERVER_CLIENT_HOW.get(v, "its vllm_client") for v in SERVER_CLIENTS},
+    **{
+        v: "vllm serve with vLLM's native export, " + SERVER_CLIENT_HOW.get(v, "its vllm_client")
+        for v in SERVER_CLIENTS
+    },
 }
 SECOND_CLIENT_CHECK = "speculators 0.4.0 (second client) agrees"
 
 
-def _cell(verdict: str, why: str = "", shims: list[str] | None = None, complete: bool = True,
-          models: list[str] | None = None, build: str = CPU, evidence: list[str] | None = None,
-          fault: str | None = None) -> dict:
+def _cell(
+    verdict: str,
+    why: str = "",
+    shims: list[str] | None = None,
+    complete: bool = True,
+    models: list[str] | None = None,
+    build: str = CPU,
+    evidence: list[str] | None = None,
+    fault: str | None = None,
+) -> dict:
     """`complete`: False where the run behind the verdict did not observe everything (its cell says so);
     `models`: for a partial verdict, the models it works on; `build`, `evidence`, `fault`: see the module."""
-    return {"verdict": verdict, "why": why, "shims": shims or [], "complete": complete,
-            **({"models": models} if models else {}), "build": build, "evidence": evidence or [], "fault": fault}
+    return {
+        "verdict": verdict,
+        "why": why,
+        "shims": shims or [],
+        "complete": complete,
+        **({"models": models} if models else {}),
+        "build": build,
+        "evidence": evidence or [],
+        "fault": fault,
+    }
 
 
 def fault_of(release: str, results: dict[str, dict]) -> str:
     """Whose fault a server-path release's failure is, from its per-model results: its own client's, or vLLM's."""
-    texts = [str(r.get("verdict") or r.get("measured") or "") for r in results.values()
-             if not r.get("agrees", r.get("result") == "pass")]
+    texts = [
+        str(r.get("verdict") or r.get("measured") or "")
+        for r in results.values()
+        if not r.get("agrees", r.get("result") == "pass")
+    ]
     if any(t.startswith(CLIENT_FAILS) for t in texts):
         return f"speculators {release}'s client"
     return "vLLM (server side)"
@@ -67,18 +94,31 @@ def _first_client(rep: dict, status: str) -> dict:
     """speculators 0.3.0: the env run itself (its contract rows and e2e checks against transformers)."""
     if status == "fail":
         bad = [c["contract"] for c in rep.get("contracts", []) if c.get("expected") not in (None, c["outcome"])]
-        return _cell(BROKEN, "the run failed" + (f": {', '.join(bad)} not as expected" if bad else ""),
-                     fault="the contract rows say (matrix.html)")
-    shims = sorted({c["contract"].split("[")[0] for c in rep.get("contracts", [])
-                    if c["outcome"] == "shimmed" and not c["contract"].startswith("native")})
+        return _cell(
+            BROKEN,
+            "the run failed" + (f": {', '.join(bad)} not as expected" if bad else ""),
+            fault="the contract rows say (matrix.html)",
+        )
+    shims = sorted(
+        {
+            c["contract"].split("[")[0]
+            for c in rep.get("contracts", [])
+            if c["outcome"] == "shimmed" and not c["contract"].startswith("native")
+        }
+    )
     broken_e2e = sorted({e["model"] for e in rep.get("e2e", []) if e["result"] == "fail" and ":" not in e["model"]})
     why = ", ".join(shims)
     if broken_e2e:
         why += f"; vLLM's own numbers are wrong for {', '.join(broken_e2e)} (expected broken)"
     if status != "pass":
         why += f" [run {status}]"
-    return _cell(SHIMMED if shims else WORKS, why, shims, complete=status == "pass",
-                 fault="vLLM (its own numbers)" if broken_e2e else None)
+    return _cell(
+        SHIMMED if shims else WORKS,
+        why,
+        shims,
+        complete=status == "pass",
+        fault="vLLM (its own numbers)" if broken_e2e else None,
+    )
 
 
 def _second_client(rep: dict) -> dict:
@@ -88,8 +128,11 @@ def _second_client(rep: dict) -> dict:
     e = seen[0]
     if e["result"] == "n/a":
         return _cell(NOT_RUNNABLE, e["measured"])
-    return _cell(WORKS if e["result"] == "pass" else BROKEN, e["measured"],
-                 fault=None if e["result"] == "pass" else "speculators 0.4.0 or vLLM: the row says")
+    return _cell(
+        WORKS if e["result"] == "pass" else BROKEN,
+        e["measured"],
+        fault=None if e["result"] == "pass" else "speculators 0.4.0 or vLLM: the row says",
+    )
 
 
 def _build(rep: dict) -> str:
@@ -108,8 +151,11 @@ def _native_client(rep: dict, version: str) -> dict:
     models = ", ".join(e["model"].split(":", 1)[1] for e in seen)
     if all(e["result"] == "pass" for e in seen):
         shimmed = any("sync_writer" in e["measured"] for e in seen)
-        return _cell(SHIMMED if shimmed else WORKS, ("through harness.native.sync_writer (a CPU build's connector) on "
-                                                     if shimmed else "on ") + models, ["sync_writer"] if shimmed else [])
+        return _cell(
+            SHIMMED if shimmed else WORKS,
+            ("through harness.native.sync_writer (a CPU build's connector) on " if shimmed else "on ") + models,
+            ["sync_writer"] if shimmed else [],
+        )
     failed = next(e for e in seen if e["result"] != "pass")
     why = f"{failed['model'].split(':', 1)[1]}: {failed['measured']}"
     passing = [e["model"].split(":", 1)[1] for e in seen if e["result"] == "pass"]
@@ -126,8 +172,11 @@ def _native_client(rep: dict, version: str) -> dict:
 
 def cells(rep: dict, status: str, evidence: str = "") -> dict[str, dict]:
     """One env report's verdict for every client (keyed by speculators version); `evidence`: the report's path."""
-    got = {"0.3.0": _first_client(rep, status), "0.4.0": _second_client(rep),
-           **{v: _native_client(rep, v) for v in SERVER_CLIENTS}}
+    got = {
+        "0.3.0": _first_client(rep, status),
+        "0.4.0": _second_client(rep),
+        **{v: _native_client(rep, v) for v in SERVER_CLIENTS},
+    }
     for cell in got.values():
         cell.update(evidence=[evidence] if evidence else [], build=_build(rep))
         if cell["verdict"] == NOT_RUNNABLE and cell["build"] == CPU and str(cell["why"]).startswith(BUILD_LIMITED):
@@ -150,16 +199,22 @@ def not_runnable(reason: str) -> dict[str, dict]:
 
 def to_markdown(m: dict) -> list[str]:
     cols = m["columns"]
-    lines = ["## Which speculators works with which vLLM", "",
-             "| speculators | how | " + " | ".join(c["version"] for c in cols) + " |",
-             "|---|---|" + "---|" * len(cols)]
+    lines = [
+        "## Which speculators works with which vLLM",
+        "",
+        "| speculators | how | " + " | ".join(c["version"] for c in cols) + " |",
+        "|---|---|" + "---|" * len(cols),
+    ]
     for ver, how in CLIENTS.items():
         row = m["clients"][ver]
         lines.append(f"| {ver} | {how} | " + " | ".join(_short(row[c["version"]]) for c in cols) + " |")
-    lines += ["", "Each cell: works natively / works with our shims (which) / partial (which models) / broken / not "
-              "runnable here / not on the CPU build / not observed, then the build it was observed on (CUDA: an H100 "
-              "or H200; CPU: vLLM's CPU wheel);",
-              "the reasons, the evidence files and whose fault are in matrix.json (`clients`) and matrix.html."]
+    lines += [
+        "",
+        "Each cell: works natively / works with our shims (which) / partial (which models) / broken / not "
+        "runnable here / not on the CPU build / not observed, then the build it was observed on (CUDA: an H100 "
+        "or H200; CPU: vLLM's CPU wheel);",
+        "the reasons, the evidence files and whose fault are in matrix.json (`clients`) and matrix.html.",
+    ]
     return lines
 
 
@@ -191,8 +246,13 @@ def _verdict_text(cell: dict) -> str:
         return f"works, {len(shims)} shims" if len(shims) > 2 else "works with " + " + ".join(shims)
     if v == PARTIAL:
         return "partial: " + ", ".join(cell.get("models", []))
-    return {WORKS: "works", BROKEN: "**broken**", NOT_RUNNABLE: "not runnable", NOT_ON_CPU: "not on the CPU build",
-            NOT_OBSERVED: "not observed"}[v]
+    return {
+        WORKS: "works",
+        BROKEN: "**broken**",
+        NOT_RUNNABLE: "not runnable",
+        NOT_ON_CPU: "not on the CPU build",
+        NOT_OBSERVED: "not observed",
+    }[v]
 
 
 #: The README's answer block is generated from reports/matrix.json between these markers (`harness matrix`
@@ -201,8 +261,15 @@ ANSWER_BEGIN = "<!-- answer: generated from reports/matrix.json by `python -m ha
 ANSWER_END = "<!-- end of answer -->"
 #: One label per verdict, shared by the README's table (the word; "broken" in bold), the page (glyph and word) and
 #: the docs that explain them.
-LABELS = {WORKS: ("✓", "works"), SHIMMED: ("✓", "shims"), PARTIAL: ("◐", "partial"), BROKEN: ("✗", "broken"),
-          NOT_RUNNABLE: ("—", "no path"), NOT_ON_CPU: ("–", "not on the CPU build"), NOT_OBSERVED: ("?", "not observed")}
+LABELS = {
+    WORKS: ("✓", "works"),
+    SHIMMED: ("✓", "shims"),
+    PARTIAL: ("◐", "partial"),
+    BROKEN: ("✗", "broken"),
+    NOT_RUNNABLE: ("—", "no path"),
+    NOT_ON_CPU: ("–", "not on the CPU build"),
+    NOT_OBSERVED: ("?", "not observed"),
+}
 WORD = {verdict: f"**{word}**" if verdict == BROKEN else word for verdict, (_, word) in LABELS.items()}
 
 
@@ -215,8 +282,11 @@ def answer_table(m: dict) -> str:
     """Which vLLM works with which speculators release, one row per vLLM build, one word a cell (the matrix page
     and matrix.json say which shims and why)."""
     releases = list(CLIENTS)
-    lines = [ANSWER_BEGIN, "| vLLM | CPU run | " + " | ".join(f"speculators {r}" for r in releases) + " |",
-             "|---|---|" + "---|" * len(releases)]
+    lines = [
+        ANSWER_BEGIN,
+        "| vLLM | CPU run | " + " | ".join(f"speculators {r}" for r in releases) + " |",
+        "|---|---|" + "---|" * len(releases),
+    ]
     for col in reversed(m["columns"]):
         ver = col["version"]
         cells = []
@@ -233,7 +303,7 @@ def with_answer(readme: str, m: dict) -> str:
     start, end = readme.find(ANSWER_BEGIN), readme.find(ANSWER_END)
     if start < 0 or end < start:
         return readme
-    return readme[:start] + answer_table(m) + readme[end + len(ANSWER_END):]
+    return readme[:start] + answer_table(m) + readme[end + len(ANSWER_END) :]
 
 
 def rewrite_readme(path, m: dict) -> None:

@@ -79,7 +79,9 @@ def _entry(entry, where: str) -> None:
     if not entry.get("reason"):
         raise BadExpectations(f"{where}: every expectation needs a reason")
     if entry.get("fault") is not None and (entry["fault"] not in FAULTS or entry.get("outcome") != "broken"):
-        raise BadExpectations(f"{where}: fault {entry['fault']!r}: only a broken entry names one, one of {list(FAULTS)}")
+        raise BadExpectations(
+            f"{where}: fault {entry['fault']!r}: only a broken entry names one, one of {list(FAULTS)}"
+        )
 
 
 def load_file(path: Path, facts: dict[str, bool] | None = None) -> dict[str, Expectation]:
@@ -110,8 +112,9 @@ def load_file(path: Path, facts: dict[str, bool] | None = None) -> dict[str, Exp
                 continue
             fact = name[3:]
             if fact not in FACTS:
-                raise BadExpectations(f"{where}: {name}: no such platform fact (known: "
-                                      + ", ".join(f"on_{f}" for f in FACTS) + ")")
+                raise BadExpectations(
+                    f"{where}: {name}: no such platform fact (known: " + ", ".join(f"on_{f}" for f in FACTS) + ")"
+                )
             _entry(variant, f"{where}.{name}")
             if facts is None:
                 facts = platform_facts()
@@ -135,7 +138,8 @@ def load(vllm_version: str, device_type: str, base: Path | None = None) -> tuple
         have = ", ".join(available(base)) or "none"
         raise NoExpectations(
             f"no expectations for vLLM {vllm_version} on {device_type}: {path.name} does not exist in "
-            f"{_shown(path.parent)} (have: {have}). Add one (see README, 'Adding a vLLM version') before trusting a run.")
+            f"{_shown(path.parent)} (have: {have}). Add one (see README, 'Adding a vLLM version') before trusting a run."
+        )
     return path, load_file(path)
 
 
@@ -150,12 +154,16 @@ def draft(report: dict) -> str:
     import tomli_w
 
     v = report["versions"]
-    header = [f"# DRAFT, NOT REVIEWED: what speculators 0.3.0's contracts showed on vLLM {v['vllm']} "
-              f"({v['vllm_distribution']}), {report['platform']['device_type']} build, in the run of "
-              f"{report.get('generated_at', '?')} ({report.get('env', '?')}).",
-              "# Review every line (is this the outcome this vLLM should show? is the reason true?), then save it as",
-              f"# fixtures/expectations/vllm-{v['vllm']}-{report['platform']['device_type']}.toml and rerun."]
-    reasons = tomllib.loads((directory() / "reasons.toml").read_text()) if (directory() / "reasons.toml").is_file() else {}
+    header = [
+        f"# DRAFT, NOT REVIEWED: what speculators 0.3.0's contracts showed on vLLM {v['vllm']} "
+        f"({v['vllm_distribution']}), {report['platform']['device_type']} build, in the run of "
+        f"{report.get('generated_at', '?')} ({report.get('env', '?')}).",
+        "# Review every line (is this the outcome this vLLM should show? is the reason true?), then save it as",
+        f"# fixtures/expectations/vllm-{v['vllm']}-{report['platform']['device_type']}.toml and rerun.",
+    ]
+    reasons = (
+        tomllib.loads((directory() / "reasons.toml").read_text()) if (directory() / "reasons.toml").is_file() else {}
+    )
     rows: dict[str, dict] = {}
     for c in report["contracts"]:
         cid = c["contract"].split("[")[0]
@@ -163,19 +171,29 @@ def draft(report: dict) -> str:
         rows[c["contract"]] = {"outcome": c["outcome"], "reason": reason}
     failed = failed_e2e_rows(report)
     if failed:
-        header += [f"# The e2e rows ({', '.join(failed)}) are end-to-end checks this run saw fail: a strict run fails",
-                   "# on them unless they are expected broken. Keep one only where the failure is this vLLM's (say why)."]
+        header += [
+            f"# The e2e rows ({', '.join(failed)}) are end-to-end checks this run saw fail: a strict run fails",
+            "# on them unless they are expected broken. Keep one only where the failure is this vLLM's (say why).",
+        ]
     for key, why in failed.items():
         rows[key] = {"outcome": "broken", "reason": why}
+
     def value(x) -> str:  # a TOML value as tomli-w writes it (escapes included), for one inline row a contract
-        return tomli_w.dumps({"x": x})[len("x = "):].strip()
+        return tomli_w.dumps({"x": x})[len("x = ") :].strip()
 
     def key(k: str) -> str:
         return k if k.replace("_", "").replace("-", "").isalnum() else value(k)
 
-    body = [f"vllm = {value(v['vllm'])}", f"platform = {value(report['platform']['device_type'])}",
-            'speculators = "0.3.0"', "", "[contracts]"]
-    body += [f"{key(k)} = {{ outcome = {value(r['outcome'])}, reason = {value(r['reason'])} }}" for k, r in rows.items()]
+    body = [
+        f"vllm = {value(v['vllm'])}",
+        f"platform = {value(report['platform']['device_type'])}",
+        'speculators = "0.3.0"',
+        "",
+        "[contracts]",
+    ]
+    body += [
+        f"{key(k)} = {{ outcome = {value(r['outcome'])}, reason = {value(r['reason'])} }}" for k, r in rows.items()
+    ]
     return "\n".join(header + body) + "\n"
 
 

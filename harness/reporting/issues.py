@@ -49,8 +49,11 @@ def _run_link() -> str:
 
 def body(column: dict, report_dir: Path) -> str:
     env = column["env"]
-    lines = [f"The matrix run of vLLM {column['version']} (`{column.get('package', env)}`, env `{env}`) ended "
-             f"**{column['status']}**. Reports and logs: {_run_link()} (artifact `report-{env}`).", ""]
+    lines = [
+        f"The matrix run of vLLM {column['version']} (`{column.get('package', env)}`, env `{env}`) ended "
+        f"**{column['status']}**. Reports and logs: {_run_link()} (artifact `report-{env}`).",
+        "",
+    ]
     tests = column.get("tests") or {}
     if tests:
         lines.append("Tests: " + ", ".join(f"{v} {k}" for k, v in tests.items() if k != "wall_s") + ".")
@@ -61,11 +64,17 @@ def body(column: dict, report_dir: Path) -> str:
             lines.append(f"- and {len(failed) - SHOWN} more")
     mismatched = column.get("mismatched") or []
     if mismatched:
-        lines += ["", "Contract rows that differ from the reviewed expectations:",
-                  *(f"- {m if isinstance(m, str) else json.dumps(m)}" for m in mismatched[:SHOWN])]
+        lines += [
+            "",
+            "Contract rows that differ from the reviewed expectations:",
+            *(f"- {m if isinstance(m, str) else json.dumps(m)}" for m in mismatched[:SHOWN]),
+        ]
     if not failed and not mismatched:
         lines += ["", "No failing test was recorded (no JUnit XML, or the session itself failed): see the report."]
-    lines += ["", "Opened by the scheduled matrix (`.github/workflows/matrix.yml`); the next failing run comments here."]
+    lines += [
+        "",
+        "Opened by the scheduled matrix (`.github/workflows/matrix.yml`); the next failing run comments here.",
+    ]
     return "\n".join(lines)
 
 

@@ -26,7 +26,10 @@ def merge(report_dir: Path = REPORTS) -> dict:
         if not meta.get("runnable", True):
             col.update(status="not runnable here", reason=meta.get("reason") or "see fixtures/envs/matrix.toml")
         elif not path.is_file():
-            col.update(status="not runnable here", reason=f"no report: reports/{path.name} was not produced (run `tox -e {meta['env']}`)")
+            col.update(
+                status="not runnable here",
+                reason=f"no report: reports/{path.name} was not produced (run `tox -e {meta['env']}`)",
+            )
         if col.get("status") == "not runnable here":
             for v, cell in client_axis.not_runnable(col["reason"]).items():
                 clients[v][ver] = cell
@@ -46,18 +49,31 @@ def merge(report_dir: Path = REPORTS) -> dict:
             evidence = f"reports/{path.name}" + (f" + reports/{meta['env']}.incomplete.json" if supplement else "")
             for v, cell in client_axis.cells(rep, status, evidence).items():
                 clients[v][ver] = cell
-            col.update(status=status, incomplete=gaps, installed=rep["versions"], generated_at=rep["generated_at"],
-                       wall_s=rep["tests"].get("wall_s"), proofs_s=(rep.get("timings") or {}).get("proofs_s"),
-                       tiers=rep["tiers"], tests=rep["tests"],
-                       notes=rep.get("notes", []), benchmark=rep.get("benchmark"),
-                       stale=rep.get("stale_expectations", []), mismatched=rep.get("mismatched", []),
-                       supplement=supplement)
+            col.update(
+                status=status,
+                incomplete=gaps,
+                installed=rep["versions"],
+                generated_at=rep["generated_at"],
+                wall_s=rep["tests"].get("wall_s"),
+                proofs_s=(rep.get("timings") or {}).get("proofs_s"),
+                tiers=rep["tiers"],
+                tests=rep["tests"],
+                notes=rep.get("notes", []),
+                benchmark=rep.get("benchmark"),
+                stale=rep.get("stale_expectations", []),
+                mismatched=rep.get("mismatched", []),
+                supplement=supplement,
+            )
             for c in rep["contracts"]:
                 rows.setdefault(c["contract"], {})[ver] = {
-                    "outcome": c["outcome"], "expected": c.get("expected"), "shim": c.get("shim"),
-                    "reason": c.get("reason"), "error": (c.get("unshimmed") or {}).get("error"),
+                    "outcome": c["outcome"],
+                    "expected": c.get("expected"),
+                    "shim": c.get("shim"),
+                    "reason": c.get("reason"),
+                    "error": (c.get("unshimmed") or {}).get("error"),
                     "proof": c.get("proof") or {"result": PROOF_NOT_RUN, "evidence": "the report records no proof"},
-                    **({"run": c["run"]} if c.get("run") else {})}
+                    **({"run": c["run"]} if c.get("run") else {}),
+                }
             by_model: dict[str, list] = {}
             for e in rep.get("e2e", []):
                 if not e["model"].startswith("native:"):  # the native cross-check has its own row, native[<model>]
@@ -66,12 +82,23 @@ def merge(report_dir: Path = REPORTS) -> dict:
                 # A check that does not apply here says nothing; a measurement is not a check.
                 results = {e["result"] for e in checks} - {"n/a", "measured"}
                 # A failing numeric check in a run that did not fail was expected to fail (e2e[model] = broken).
-                outcome = ("n/a" if not results else "pass" if results <= {"pass"}
-                           else "broken" if status in ("pass", "incomplete") else "fail")
+                outcome = (
+                    "n/a"
+                    if not results
+                    else "pass"
+                    if results <= {"pass"}
+                    else "broken"
+                    if status in ("pass", "incomplete")
+                    else "fail"
+                )
                 rows.setdefault(f"e2e[{model}]", {})[ver] = {
-                    "outcome": outcome, "expected": "broken" if outcome == "broken" else None, "shim": None,
-                    "reason": "; ".join(f"{e['check']}: {e['measured']}" for e in checks), "error": None,
-                    **({"run": checks[0]["run"]} if checks[0].get("run") else {})}
+                    "outcome": outcome,
+                    "expected": "broken" if outcome == "broken" else None,
+                    "shim": None,
+                    "reason": "; ".join(f"{e['check']}: {e['measured']}" for e in checks),
+                    "error": None,
+                    **({"run": checks[0]["run"]} if checks[0].get("run") else {}),
+                }
             _label_cpu_build_faults(rows, ver, rep)
         columns.append(col)
     for v, row in clients.items():
@@ -80,19 +107,30 @@ def merge(report_dir: Path = REPORTS) -> dict:
     for cells in rows.values():
         for col in columns:
             if col["version"] not in cells:
-                cells[col["version"]] = {"outcome": "not runnable here" if col["status"] == "not runnable here"
-                                         else "not observed", "reason": col.get("reason", "")}
-    walls = {c["version"]: c["wall_s"] + (c.get("benchmark") or {}).get("wall_s", 0)
-             for c in columns if c.get("wall_s") is not None}
+                cells[col["version"]] = {
+                    "outcome": "not runnable here" if col["status"] == "not runnable here" else "not observed",
+                    "reason": col.get("reason", ""),
+                }
+    walls = {
+        c["version"]: c["wall_s"] + (c.get("benchmark") or {}).get("wall_s", 0)
+        for c in columns
+        if c.get("wall_s") is not None
+    }
     slowest = max(walls, key=walls.get) if walls else None
-    return {"schema": SCHEMA, "columns": columns, "rows": dict(sorted(rows.items(), key=_row_order)), "clients": clients,
-            # The envs' own session times (tests; benchmark where it recorded its time): what the matrix costs
-            # run one env after another on the machine that wrote the reports.
-            "wall_s_total": round(sum(walls.values()), 1) if walls else None,
-            # Fanned out, one runner per env (.github/workflows/matrix.yml), the matrix takes as long as its slowest
-            # env: derived from the same per-env times, not measured as a fan-out run.
-            "wall_s_fanned_out": round(walls[slowest], 1) if walls else None, "slowest_env": slowest,
-            "proofs_s_total": round(sum(c.get("proofs_s") or 0 for c in columns), 1)}
+    return {
+        "schema": SCHEMA,
+        "columns": columns,
+        "rows": dict(sorted(rows.items(), key=_row_order)),
+        "clients": clients,
+        # The envs' own session times (tests; benchmark where it recorded its time): what the matrix costs
+        # run one env after another on the machine that wrote the reports.
+        "wall_s_total": round(sum(walls.values()), 1) if walls else None,
+        # Fanned out, one runner per env (.github/workflows/matrix.yml), the matrix takes as long as its slowest
+        # env: derived from the same per-env times, not measured as a fan-out run.
+        "wall_s_fanned_out": round(walls[slowest], 1) if walls else None,
+        "slowest_env": slowest,
+        "proofs_s_total": round(sum(c.get("proofs_s") or 0 for c in columns), 1),
+    }
 
 
 NOT_ON_CPU = "not on the CPU build"
@@ -122,8 +160,12 @@ def _supplement(rep: dict, path: Path) -> dict | None:
         return None
     sub = read(path)
     sel = sub.get("selection") or {}
-    if (sub.get("interrupted") or sel.get("stopped_early") or sub["versions"].get("vllm") != rep["versions"].get("vllm")
-            or sub["generated_at"] <= rep["generated_at"]):
+    if (
+        sub.get("interrupted")
+        or sel.get("stopped_early")
+        or sub["versions"].get("vllm") != rep["versions"].get("vllm")
+        or sub["generated_at"] <= rep["generated_at"]
+    ):
         return None
     status, gaps = judge(sub)
     gaps = [g for g in gaps if g["kind"] != SUBSET]  # left out on purpose: that is what a subset is
@@ -134,10 +176,14 @@ def _supplement(rep: dict, path: Path) -> dict | None:
     added_e2e = [dict(e, run=run) for e in sub.get("e2e", []) if e["model"] not in models]
     rep["contracts"] = rep["contracts"] + added
     rep["e2e"] = rep.get("e2e", []) + added_e2e
-    return {"generated_at": sub["generated_at"], "status": "fail" if status == "fail" else "incomplete" if gaps else "pass",
-            "gaps": gaps,
-            "selected": sel.get("subset", []), "tests": sub.get("tests", {}),
-            "rows_added": sorted({c["contract"] for c in added} | {f"e2e[{e['model']}]" for e in added_e2e})}
+    return {
+        "generated_at": sub["generated_at"],
+        "status": "fail" if status == "fail" else "incomplete" if gaps else "pass",
+        "gaps": gaps,
+        "selected": sel.get("subset", []),
+        "tests": sub.get("tests", {}),
+        "rows_added": sorted({c["contract"] for c in added} | {f"e2e[{e['model']}]" for e in added_e2e}),
+    }
 
 
 def _predates(rep: dict, status: str, gaps: list) -> tuple[str, list]:
@@ -150,8 +196,12 @@ def _predates(rep: dict, status: str, gaps: list) -> tuple[str, list]:
     missing = sorted(set(contracts.keys()) - {c["contract"] for c in rep.get("contracts", [])})
     if not missing:
         return status, gaps
-    gaps = gaps + [{"kind": "not observed", "what": "rows the suite has gained since this report was written: "
-                    + ", ".join(missing)}]
+    gaps = gaps + [
+        {
+            "kind": "not observed",
+            "what": "rows the suite has gained since this report was written: " + ", ".join(missing),
+        }
+    ]
     return ("incomplete" if status == "pass" else status), gaps
 
 
@@ -189,16 +239,25 @@ def bench_cell(b: dict | None) -> str:
 def to_markdown(m: dict) -> str:
     cols = m["columns"]
     head = "| contract | " + " | ".join(c["version"] for c in cols) + " |"
-    lines = ["# speculators 0.3.0 × vLLM: compatibility matrix", "",
-             "Cells: **native** (speculators' own call works), **shimmed** (fails as documented; our shim restores it),",
-             "**broken** (no shim restores it), n/a, not on the CPU build (vLLM's CPU build cannot run the path: its "
-             "error is the fault), or not runnable here. Observed on each real vLLM CPU build.",
-             "Rows `native*` are vLLM's own hidden-state export (0.17+), not speculators' calls: **native** = it holds "
-             "(`native[model]`: runs here and agrees with ours), **broken** = it does not hold here (the cell says why).", "",
-             *(client_axis.to_markdown(m) if m.get("clients") else []), "", "## Contract rows (speculators 0.3.0) and end-to-end checks", "",
-             head, "|---|" + "---|" * len(cols),
-             "| **status** | " + " | ".join(f"**{c['status']}**" if c["status"] != "incomplete" else "*incomplete*"
-                                           for c in cols) + " |"]
+    lines = [
+        "# speculators 0.3.0 × vLLM: compatibility matrix",
+        "",
+        "Cells: **native** (speculators' own call works), **shimmed** (fails as documented; our shim restores it),",
+        "**broken** (no shim restores it), n/a, not on the CPU build (vLLM's CPU build cannot run the path: its "
+        "error is the fault), or not runnable here. Observed on each real vLLM CPU build.",
+        "Rows `native*` are vLLM's own hidden-state export (0.17+), not speculators' calls: **native** = it holds "
+        "(`native[model]`: runs here and agrees with ours), **broken** = it does not hold here (the cell says why).",
+        "",
+        *(client_axis.to_markdown(m) if m.get("clients") else []),
+        "",
+        "## Contract rows (speculators 0.3.0) and end-to-end checks",
+        "",
+        head,
+        "|---|" + "---|" * len(cols),
+        "| **status** | "
+        + " | ".join(f"**{c['status']}**" if c["status"] != "incomplete" else "*incomplete*" for c in cols)
+        + " |",
+    ]
     for key, cells in m["rows"].items():
         lines.append(f"| {key} | " + " | ".join(short_cell(cells[c["version"]]) for c in cols) + " |")
     lines += ["| wall s | " + " | ".join(str(c.get("wall_s", "—")) for c in cols) + " |"]
@@ -206,12 +265,19 @@ def to_markdown(m: dict) -> str:
     if bench:
         lines.append("| extraction / prefill | " + " | ".join(bench_cell(c.get("benchmark")) for c in cols) + " |")
     if m.get("wall_s_total"):
-        lines += ["", f"Matrix wall time: {m['wall_s_total'] / 60:.0f} min (the envs' sessions and benchmarks, one "
-                      "after another; tox's install time not included)"
-                  + (f", shim proofs {m['proofs_s_total'] / 60:.0f} min of it" if m.get("proofs_s_total") else "")
-                  + (f"; fanned out one env per runner (.github/workflows/matrix.yml) it takes as long as the slowest "
-                     f"env, {m['slowest_env']}: {m['wall_s_fanned_out'] / 60:.0f} min (derived from the same times)"
-                     if m.get("wall_s_fanned_out") else "") + "."]
+        lines += [
+            "",
+            f"Matrix wall time: {m['wall_s_total'] / 60:.0f} min (the envs' sessions and benchmarks, one "
+            "after another; tox's install time not included)"
+            + (f", shim proofs {m['proofs_s_total'] / 60:.0f} min of it" if m.get("proofs_s_total") else "")
+            + (
+                f"; fanned out one env per runner (.github/workflows/matrix.yml) it takes as long as the slowest "
+                f"env, {m['slowest_env']}: {m['wall_s_fanned_out'] / 60:.0f} min (derived from the same times)"
+                if m.get("wall_s_fanned_out")
+                else ""
+            )
+            + ".",
+        ]
     if any(PROOF_MARK in short_cell(cell) for cells in m["rows"].values() for cell in cells.values()):
         lines += ["", f"{PROOF_MARK} shimmed, but the run did not prove the shim needed and sufficient."]
     partial = [c for c in cols if c["status"] == "incomplete"]

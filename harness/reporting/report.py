@@ -35,8 +35,9 @@ def upgrade(rep: dict) -> dict:
     for c in rep.get("contracts", []):
         c["contract"] = key(c["contract"])
     for field in ("mismatched", "unexpected", "not_observed", "stale_expectations"):
-        rep[field] = [dict(x, contract=key(x.get("contract"))) if isinstance(x, dict) else key(x)
-                      for x in rep.get(field) or []]
+        rep[field] = [
+            dict(x, contract=key(x.get("contract"))) if isinstance(x, dict) else key(x) for x in rep.get(field) or []
+        ]
     rep["schema"] = SCHEMA
     rep.setdefault("notes", []).append("read from schema harness-env-report/1: per-model rows re-keyed by fixture")
     return rep
@@ -75,8 +76,11 @@ def judge(rep: dict) -> tuple[str, list[dict]]:
     if rep.get("interrupted"):
         ran = sum(tests.get(k, 0) for k in ("passed", "failed", "skipped", "error"))
         of = (rep.get("selection") or {}).get("tests")
-        gap("interrupted", f"the run was interrupted ({rep['interrupted']}) after {ran}"
-            + (f" of {of} selected tests" if of else " tests"))
+        gap(
+            "interrupted",
+            f"the run was interrupted ({rep['interrupted']}) after {ran}"
+            + (f" of {of} selected tests" if of else " tests"),
+        )
     selection = rep.get("selection")
     if selection is None:
         gap("unrecorded", "the report does not record which tests were selected")
@@ -92,10 +96,17 @@ def judge(rep: dict) -> tuple[str, list[dict]]:
         gap("skipped", f"{tests['skipped']} tests skipped; the report does not record why")
     undeclared = [s for s in skips or [] if not s.get("declared")]
     if undeclared:
-        gap("skipped", f"{len(undeclared)} tests skipped without a declared n/a: "
-            + "; ".join(f"{s['test']} ({s['reason'][:80]})" for s in undeclared[:5]))
-    unproven = [c["contract"] for c in rep.get("contracts", []) if (c.get("proof") or {}).get("result") == PROOF_NOT_RUN
-                or (c["outcome"] == "shimmed" and not (c.get("proof") or {}).get("result"))]
+        gap(
+            "skipped",
+            f"{len(undeclared)} tests skipped without a declared n/a: "
+            + "; ".join(f"{s['test']} ({s['reason'][:80]})" for s in undeclared[:5]),
+        )
+    unproven = [
+        c["contract"]
+        for c in rep.get("contracts", [])
+        if (c.get("proof") or {}).get("result") == PROOF_NOT_RUN
+        or (c["outcome"] == "shimmed" and not (c.get("proof") or {}).get("result"))
+    ]
     if unproven:
         gap("proof not run", "shim proofs not run for: " + ", ".join(sorted(set(unproven))))
     if observed:
@@ -111,22 +122,50 @@ PROOF_NA = "n/a"  # no proof applies (no shim, or no working shim to prove); `wh
 PROOF_NOT_RUN = "not run"  # the contract has a proof, but this run did not run it
 
 
-def build(env: str, meta: dict, contracts: list[dict], e2e: list[dict], tiers: dict, tests: dict,
-          stale: list[str], not_observed: list[str], expectations_file: str | None, notes: list[str],
-          selection: dict | None = None, skips: list[dict] | None = None, interrupted: str | None = None,
-          timings: dict | None = None, observed_only: bool = False) -> dict:
+def build(
+    env: str,
+    meta: dict,
+    contracts: list[dict],
+    e2e: list[dict],
+    tiers: dict,
+    tests: dict,
+    stale: list[str],
+    not_observed: list[str],
+    expectations_file: str | None,
+    notes: list[str],
+    selection: dict | None = None,
+    skips: list[dict] | None = None,
+    interrupted: str | None = None,
+    timings: dict | None = None,
+    observed_only: bool = False,
+) -> dict:
     mismatched = [c["contract"] for c in contracts if c.get("expected") and c["expected"] != c["outcome"]]
     unexpected = [c["contract"] for c in contracts if not c.get("expected")]
     rep = {
-        "schema": SCHEMA, "env": env, "generated_at": now(), "status": None, "incomplete": [],
-        "versions": {k: meta.get(k) for k in ("vllm", "vllm_distribution", "speculators", "torch", "transformers", "python")},
+        "schema": SCHEMA,
+        "env": env,
+        "generated_at": now(),
+        "status": None,
+        "incomplete": [],
+        "versions": {
+            k: meta.get(k) for k in ("vllm", "vllm_distribution", "speculators", "torch", "transformers", "python")
+        },
         "platform": {k: meta.get(k) for k in ("device_type", "machine", "cpus", "cpu", "runtime")},
         "build": meta.get("build"),
         "expectations_file": expectations_file,
         "contracts": sorted(contracts, key=lambda c: c["contract"]),
-        "mismatched": mismatched, "unexpected": unexpected, "stale_expectations": stale, "not_observed": not_observed,
-        "e2e": e2e, "tiers": tiers, "tests": tests, "selection": selection, "skips": skips or [],
-        "interrupted": interrupted, "notes": notes, "timings": timings or {},
+        "mismatched": mismatched,
+        "unexpected": unexpected,
+        "stale_expectations": stale,
+        "not_observed": not_observed,
+        "e2e": e2e,
+        "tiers": tiers,
+        "tests": tests,
+        "selection": selection,
+        "skips": skips or [],
+        "interrupted": interrupted,
+        "notes": notes,
+        "timings": timings or {},
         "mode": OBSERVED if observed_only else "held to expectations",
     }
     rep["status"], rep["incomplete"] = judge(rep)
@@ -152,7 +191,8 @@ def markdown(rep: dict) -> str:
         "",
         f"vLLM {v.get('vllm')} ({v.get('vllm_distribution')}), speculators {v.get('speculators')}, torch {v.get('torch')}, "
         f"transformers {v.get('transformers')}, Python {v.get('python')}; platform {p.get('device_type')} "
-        f"({p.get('machine')}, {p.get('cpus')} CPUs" + (f"; {p['cpu']}" if p.get("cpu") else "")
+        f"({p.get('machine')}, {p.get('cpus')} CPUs"
+        + (f"; {p['cpu']}" if p.get("cpu") else "")
         + f"). Generated {rep['generated_at']}.",
         "",
         *build_lines(rep),
@@ -168,18 +208,28 @@ def markdown(rep: dict) -> str:
             continue
         mark = " **MISMATCH**" if held and c.get("expected") != c["outcome"] else ""
         proof = (c.get("proof") or {}).get("result") or "—"
-        lines.append(f"| {c['contract']} | {c['outcome']}{mark} | {c.get('expected') or '—'} | "
-                     f"{c.get('shim') or ''} | {proof} | {cell(evidence)} |")
+        lines.append(
+            f"| {c['contract']} | {c['outcome']}{mark} | {c.get('expected') or '—'} | "
+            f"{c.get('shim') or ''} | {proof} | {cell(evidence)} |"
+        )
     lines += collapsed("Contracts n/a here", na_contracts)
     if rep.get("incomplete"):
         lines += ["", "**Incomplete:**"] + [f"- {g['what']}" for g in rep["incomplete"]]
-    for label, key in (("Stale expectations", "stale_expectations"), ("Not observed", "not_observed"),
-                       ("Without expectation", "unexpected")):
+    for label, key in (
+        ("Stale expectations", "stale_expectations"),
+        ("Not observed", "not_observed"),
+        ("Without expectation", "unexpected"),
+    ):
         if rep.get(key):
             lines += ["", f"**{label}:** " + ", ".join(rep[key])]
     if rep["e2e"]:
-        lines += ["", "## End to end (speculators' generator through the shims)", "",
-                  "| model | check | result | measured |", "|---|---|---|---|"]
+        lines += [
+            "",
+            "## End to end (speculators' generator through the shims)",
+            "",
+            "| model | check | result | measured |",
+            "|---|---|---|---|",
+        ]
         na_checks: dict[str, list[str]] = {}
         for e in rep["e2e"]:
             if e["result"] == "n/a":
@@ -188,18 +238,31 @@ def markdown(rep: dict) -> str:
             lines.append(f"| {e['model']} | {e['check']} | {e['result']} | {cell(e.get('measured', ''))} |")
         lines += collapsed("Checks n/a here", na_checks)
     if rep["tiers"]:
-        lines += ["", "## Wall time per tier", "", "| tier | tests | passed | failed | skipped | wall s |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Wall time per tier",
+            "",
+            "| tier | tests | passed | failed | skipped | wall s |",
+            "|---|---|---|---|---|---|",
+        ]
         for name, t in sorted(rep["tiers"].items()):
-            lines.append(f"| {name} | {t['tests']} | {t['passed']} | {t['failed']} | {t['skipped']} | {t['wall_s']:.1f} |")
+            lines.append(
+                f"| {name} | {t['tests']} | {t['passed']} | {t['failed']} | {t['skipped']} | {t['wall_s']:.1f} |"
+            )
     tm = rep.get("timings") or {}
     if tm.get("slowest"):
         starts = tm.get("generator_starts", {})
-        lines += ["", "## Where the time went", "",
-                  f"Whole session {tm.get('session_s', 0):.0f} s; shim proofs {tm.get('proofs_s', 0):.0f} s; "
-                  f"{starts.get('count', 0)} generator start-ups in this process, {starts.get('total_s', 0):.0f} s "
-                  f"(median {starts.get('median_s', 0):.1f} s). Slowest tests (setup + call + teardown):", "",
-                  "| test | s |", "|---|---|"] + [f"| `{t}` | {sec:.1f} |" for t, sec in tm["slowest"]]
+        lines += [
+            "",
+            "## Where the time went",
+            "",
+            f"Whole session {tm.get('session_s', 0):.0f} s; shim proofs {tm.get('proofs_s', 0):.0f} s; "
+            f"{starts.get('count', 0)} generator start-ups in this process, {starts.get('total_s', 0):.0f} s "
+            f"(median {starts.get('median_s', 0):.1f} s). Slowest tests (setup + call + teardown):",
+            "",
+            "| test | s |",
+            "|---|---|",
+        ] + [f"| `{t}` | {sec:.1f} |" for t, sec in tm["slowest"]]
     if rep["notes"]:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in rep["notes"]]
     return "\n".join(lines) + "\n"
@@ -233,8 +296,10 @@ def counts_line(rep: dict) -> str:
     for e in rep["e2e"]:
         e2e[e["result"]] = e2e.get(e["result"], 0) + 1
     say = lambda d: ", ".join(f"{n} {k}" for k, n in sorted(d.items(), key=lambda kv: -kv[1])) or "none"  # noqa: E731
-    return (f"**Tests:** {t.get('passed', 0)} passed, {t.get('failed', 0)} failed, {t.get('skipped', 0)} skipped. "
-            f"**Contracts:** {say(outcomes)}. **End to end:** {say(e2e)}.")
+    return (
+        f"**Tests:** {t.get('passed', 0)} passed, {t.get('failed', 0)} failed, {t.get('skipped', 0)} skipped. "
+        f"**Contracts:** {say(outcomes)}. **End to end:** {say(e2e)}."
+    )
 
 
 def build_lines(rep: dict) -> list[str]:
@@ -244,13 +309,18 @@ def build_lines(rep: dict) -> list[str]:
     lines = []
     if b:
         edits = "; ".join(f"{e['file']}: {e['why']}" for e in b.get("edits", [])) or "none"
-        lines.append(f"**Built from source by the harness** (no CPU wheel of this release exists): {b['sdist']} "
-                     f"(sha256 {b['sdist_sha256'][:16]}…), oneDNN {b['onednn_tag']} ({b['onednn']}), gcc {b['gcc']}, "
-                     f"torch {b['torch']}, build environment {', '.join(f'{k}={v}' for k, v in (b.get('env') or {}).items())}; "
-                     f"edits to the sdist: {edits}. Wheel "
-                     f"{b['wheel']} (sha256 {b['wheel_sha256'][:16]}…), built {b['built_at']}"
-                     + (f" in {b['build_wall_s']:.0f} s." if b.get("incremental") is False else
-                        " (an incremental build over an earlier compile of the same sdist)."))
+        lines.append(
+            f"**Built from source by the harness** (no CPU wheel of this release exists): {b['sdist']} "
+            f"(sha256 {b['sdist_sha256'][:16]}…), oneDNN {b['onednn_tag']} ({b['onednn']}), gcc {b['gcc']}, "
+            f"torch {b['torch']}, build environment {', '.join(f'{k}={v}' for k, v in (b.get('env') or {}).items())}; "
+            f"edits to the sdist: {edits}. Wheel "
+            f"{b['wheel']} (sha256 {b['wheel_sha256'][:16]}…), built {b['built_at']}"
+            + (
+                f" in {b['build_wall_s']:.0f} s."
+                if b.get("incremental") is False
+                else " (an incremental build over an earlier compile of the same sdist)."
+            )
+        )
     if runtime:
         lines.append(f"**Runner:** {runtime}. Contracts that read the model runner describe that runner only.")
     elif b and b.get("runtime_why"):
@@ -295,8 +365,11 @@ def observed_summary(rep: dict) -> str:
     by_model: dict[str, set] = {}
     for e in rep.get("e2e", []):
         by_model.setdefault(e["model"], set()).add(e["result"])
-    lines += [f"  e2e {m:24s} " + ("n/a" if not r - {"n/a", "measured"} else "pass" if r - {"n/a", "measured"} <= {"pass"}
-                                     else "FAIL") for m, r in sorted(by_model.items())]
+    lines += [
+        f"  e2e {m:24s} "
+        + ("n/a" if not r - {"n/a", "measured"} else "pass" if r - {"n/a", "measured"} <= {"pass"} else "FAIL")
+        for m, r in sorted(by_model.items())
+    ]
     if rep.get("draft"):
         lines.append(f"harness: draft expectations for review: {rep['draft']}")
     return "\n".join(lines)

@@ -26,8 +26,9 @@ import re
 from harness.support.volatile import map_strings, stable, text  # noqa: F401 - also this module's API
 
 #: Keys whose values measure time: every other field of a report is reproduced by a re-run with the same verdicts.
-TIMING_KEYS = frozenset({"generated_at", "seconds", "wall_s", "proofs_s", "timings", "host_peak_warmup",
-                         "host_peak_after"})
+TIMING_KEYS = frozenset(
+    {"generated_at", "seconds", "wall_s", "proofs_s", "timings", "host_peak_warmup", "host_peak_after"}
+)
 #: How a memory peak prints in an e2e row's `measured` text and the Markdown.
 _MIB = re.compile(r"\b\d+ MiB\b")
 
@@ -179,8 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for line in changed:
         print(line)
-    print(f"harness: reports/ against {args.rev}: " + (f"{len(changed)} files differ beyond their timing fields"
-                                                          if changed else "only timing fields differ"))
+    print(
+        f"harness: reports/ against {args.rev}: "
+        + (f"{len(changed)} files differ beyond their timing fields" if changed else "only timing fields differ")
+    )
     return 1 if changed else 0
 
 

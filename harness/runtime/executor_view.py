@@ -90,8 +90,7 @@ def dead_workers(real: Any) -> list[str]:
         if proc.is_alive():
             continue
         code = proc.exitcode
-        how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
-               else f"exit code {code}")
+        how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
         out.append(f"worker {getattr(handle, 'rank', '?')} (pid {proc.pid}) died: {how}")
     return out
 
@@ -151,10 +150,25 @@ class ExecutorView:
         self.reply_shape = "single" if self.single_reply else type(reply).__name__
 
     # -- speculators' two executor calls, with the shims attached to them ------------------------
-    def collective_rpc(self, method: Any, timeout: float | None = None, args: tuple = (), kwargs: dict | None = None,
-                       non_block: bool = False, unique_reply_rank: int | None = None, **extra: Any) -> Any:
-        out = self._rpc(method, timeout=timeout, args=args, kwargs=kwargs, non_block=non_block,
-                        unique_reply_rank=unique_reply_rank, **extra)
+    def collective_rpc(
+        self,
+        method: Any,
+        timeout: float | None = None,
+        args: tuple = (),
+        kwargs: dict | None = None,
+        non_block: bool = False,
+        unique_reply_rank: int | None = None,
+        **extra: Any,
+    ) -> Any:
+        out = self._rpc(
+            method,
+            timeout=timeout,
+            args=args,
+            kwargs=kwargs,
+            non_block=non_block,
+            unique_reply_rank=unique_reply_rank,
+            **extra,
+        )
         if method == transport.METHOD:  # the captured states may come as a shared-memory file
             out = transport.materialize(out)
         elif method == RESET:  # speculators added this batch's requests and is about to step

@@ -40,10 +40,16 @@ def generate(spec: Any, prompts: list[list[int]]) -> tuple[list[dict], int]:
     prompts = [list(p[:limit]) for p in prompts]
     scheduler, executor = spec.scheduler, spec.executor
     for i, ids in enumerate(prompts):
-        scheduler.add_request(request(
-            request_id=f"req_{spec._request_counter}_{i}", prompt_token_ids=ids,
-            sampling_params=sampling(max_tokens=max_tokens, temperature=temperature), pooling_params=None,
-            eos_token_id=spec.tokenizer.eos_token_id, arrival_time=arrival))
+        scheduler.add_request(
+            request(
+                request_id=f"req_{spec._request_counter}_{i}",
+                prompt_token_ids=ids,
+                sampling_params=sampling(max_tokens=max_tokens, temperature=temperature),
+                pooling_params=None,
+                eos_token_id=spec.tokenizer.eos_token_id,
+                arrival_time=arrival,
+            )
+        )
     spec._request_counter += 1
     executor.collective_rpc("_reset_capture")
     ahead = 0
@@ -61,8 +67,13 @@ def generate(spec: Any, prompts: list[list[int]]) -> tuple[list[dict], int]:
         raise RuntimeError("Failed to capture hidden states from worker")
     results, offset = [], 0
     for ids in prompts:
-        results.append({"input_ids": torch.as_tensor(ids, dtype=torch.long),
-                        "hidden_states": [h[offset:offset + len(ids)] for h in states], "loss_mask": None})
+        results.append(
+            {
+                "input_ids": torch.as_tensor(ids, dtype=torch.long),
+                "hidden_states": [h[offset : offset + len(ids)] for h in states],
+                "loss_mask": None,
+            }
+        )
         offset += len(ids)
     return results, ahead
 

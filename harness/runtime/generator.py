@@ -170,8 +170,14 @@ def overrides(state: ShimState, options: Options = Options()) -> dict[str, Any]:
             kwargs.setdefault("trust_remote_code", True)
             return real_tokenizer.from_pretrained(path, **kwargs)
 
-    ns.update(ParallelConfig=ParallelConfig, VllmConfig=VllmConfig, ModelConfig=ModelConfig,
-              SchedulerConfig=SchedulerConfig, MultiprocExecutor=MultiprocExecutor, AutoTokenizer=AutoTokenizer)
+    ns.update(
+        ParallelConfig=ParallelConfig,
+        VllmConfig=VllmConfig,
+        ModelConfig=ModelConfig,
+        SchedulerConfig=SchedulerConfig,
+        MultiprocExecutor=MultiprocExecutor,
+        AutoTokenizer=AutoTokenizer,
+    )
     return ns
 
 
@@ -215,10 +221,18 @@ START_SECONDS: list[float] = []
 class HarnessGenerator:
     """speculators' generator, shimmed for the installed vLLM, with checks and a guaranteed shutdown."""
 
-    def __init__(self, model_path: str | os.PathLike, layer_ids: list[int] | None = None, *,
-                 max_model_len: int = 2048, gpu_memory_utilization: float = 0.8, tensor_parallel_size: int = 1,
-                 disable: set[str] | frozenset = frozenset(), options: Options = Options(),
-                 rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S):
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        layer_ids: list[int] | None = None,
+        *,
+        max_model_len: int = 2048,
+        gpu_memory_utilization: float = 0.8,
+        tensor_parallel_size: int = 1,
+        disable: set[str] | frozenset = frozenset(),
+        options: Options = Options(),
+        rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
+    ):
         cfg = text_config(read_model_config(model_path))
         self.num_layers = int(cfg["num_hidden_layers"])
         self.vocab_size = int(cfg["vocab_size"])
@@ -235,8 +249,7 @@ class HarnessGenerator:
         started = time.perf_counter()
         try:
             with zmq_contexts.track(self.state.zmq_contexts, self.state.monitors):
-                self.spec = cls(str(model_path), layer_ids, max_model_len, gpu_memory_utilization,
-                                tensor_parallel_size)
+                self.spec = cls(str(model_path), layer_ids, max_model_len, gpu_memory_utilization, tensor_parallel_size)
         except BaseException:
             self.close()
             raise
@@ -310,8 +323,10 @@ class HarnessGenerator:
             rows = [int(h.shape[0]) for h in result["hidden_states"]]
             if any(r != n for r in rows):
                 why = chunkedprefill.cause(self.vllm_config.scheduler_config, [min(len(p), limit) for p in prompts])
-                raise IncompleteExtraction(f"request of {n} tokens came back with {rows} rows per layer: "
-                                           + (why or "cause unknown (prefix caching? reordering?)"))
+                raise IncompleteExtraction(
+                    f"request of {n} tokens came back with {rows} rows per layer: "
+                    + (why or "cause unknown (prefix caching? reordering?)")
+                )
             if len(prompt) > limit:
                 result["truncated_from"] = len(prompt)
         return results
@@ -338,14 +353,18 @@ def _check_devices(tensor_parallel_size: int, states_on: str = "host") -> None:
     from vllm.platforms import current_platform
 
     if states_on == "device" and current_platform.device_type != "cuda":
-        raise HarnessInputError(f"states_on='device' needs vLLM on CUDA; this vLLM runs on {current_platform.device_type}")
+        raise HarnessInputError(
+            f"states_on='device' needs vLLM on CUDA; this vLLM runs on {current_platform.device_type}"
+        )
     if current_platform.device_type == "cuda":
         import torch
 
         have = torch.cuda.device_count()
         if have < tensor_parallel_size:
-            raise HarnessInputError(f"tensor_parallel_size={tensor_parallel_size} needs {tensor_parallel_size} GPUs; "
-                                    f"this machine has {have}")
+            raise HarnessInputError(
+                f"tensor_parallel_size={tensor_parallel_size} needs {tensor_parallel_size} GPUs; "
+                f"this machine has {have}"
+            )
 
 
 def patched_generator(model_path, layer_ids=None, **kwargs) -> HarnessGenerator:

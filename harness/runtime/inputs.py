@@ -68,8 +68,10 @@ def check_weights(model_path: str | os.PathLike) -> None:
     if load_format_of(path):
         return
     if not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
-        raise HarnessInputError(f"model path {str(path)!r} has a config.json but no weights "
-                                f"({', '.join(WEIGHT_PATTERNS)}): nothing for vLLM to load")
+        raise HarnessInputError(
+            f"model path {str(path)!r} has a config.json but no weights "
+            f"({', '.join(WEIGHT_PATTERNS)}): nothing for vLLM to load"
+        )
 
 
 def _is_int(x) -> bool:
@@ -91,12 +93,15 @@ def checked_layer_ids(layer_ids, num_layers: int) -> list[int] | None:
         raise HarnessInputError("layer ids: the list is empty; give at least one id, or None for speculators' choice")
     wrong_type = [x for x in layer_ids if not _is_int(x)]
     if wrong_type:
-        raise HarnessInputError(f"layer ids must be ints, got {wrong_type[:5]!r} "
-                                f"({', '.join(sorted({type(x).__name__ for x in wrong_type}))})")
+        raise HarnessInputError(
+            f"layer ids must be ints, got {wrong_type[:5]!r} "
+            f"({', '.join(sorted({type(x).__name__ for x in wrong_type}))})"
+        )
     bad = [int(i) for i in layer_ids if not 0 <= int(i) < num_layers]
     if bad:
-        raise HarnessInputError(f"layer ids {bad} out of range: the model has {num_layers} decoder layers "
-                                f"(valid ids 0..{num_layers - 1})")
+        raise HarnessInputError(
+            f"layer ids {bad} out of range: the model has {num_layers} decoder layers (valid ids 0..{num_layers - 1})"
+        )
     return [int(i) for i in layer_ids]
 
 
@@ -118,8 +123,10 @@ def checked_prompts(token_ids, vocab_size: int, max_model_len: int) -> list[list
         if hasattr(p, "tolist"):
             p = p.tolist()
         if _is_int(p):
-            raise HarnessInputError("token ids must be a list of prompts (lists of ints), got a flat list of ints: "
-                                    "wrap a single prompt as [ids]")
+            raise HarnessInputError(
+                "token ids must be a list of prompts (lists of ints), got a flat list of ints: "
+                "wrap a single prompt as [ids]"
+            )
         if isinstance(p, (str, bytes)) or not isinstance(p, (list, tuple)):
             raise HarnessInputError(f"prompt {i} must be a list of ints, got {type(p).__name__} {str(p)[:40]!r}")
         if not p:
@@ -129,17 +136,20 @@ def checked_prompts(token_ids, vocab_size: int, max_model_len: int) -> list[list
         if not all(type(t) is int for t in p):  # fast path for plain ints (a bool's type is not int)
             wrong = [t for t in p if not _is_int(t)]
             if wrong:
-                raise HarnessInputError(f"prompt {i} has token ids that are not ints: {wrong[:5]!r} "
-                                        f"({', '.join(sorted({type(t).__name__ for t in wrong}))})")
+                raise HarnessInputError(
+                    f"prompt {i} has token ids that are not ints: {wrong[:5]!r} "
+                    f"({', '.join(sorted({type(t).__name__ for t in wrong}))})"
+                )
             p = [int(t) for t in p]
         if min(p) < 0 or max(p) >= vocab_size:
             bad = [t for t in p if not 0 <= t < vocab_size]
-            raise HarnessInputError(
-                f"prompt {i} has token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}")
+            raise HarnessInputError(f"prompt {i} has token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}")
         if len(p) > max_model_len - 1:
             warnings.warn(
                 f"prompt {i} has {len(p)} tokens; max_model_len={max_model_len} leaves room for "
                 f"{max_model_len - 1}: it is truncated (as speculators does) and reported as truncated_from",
-                TruncationWarning, stacklevel=3)
+                TruncationWarning,
+                stacklevel=3,
+            )
         prompts.append(p)
     return prompts

@@ -76,7 +76,7 @@ def _pack(entries) -> tuple[list, int]:
 
 def _views(buf, layout) -> list:
     """The tensors a layout names, as views of the byte buffer."""
-    return [buf[off:off + n].view(_dtype(dtype)).view(shape) for dtype, shape, off, n in layout]
+    return [buf[off : off + n].view(_dtype(dtype)).view(shape) for dtype, shape, off, n in layout]
 
 
 class Publisher:
@@ -189,8 +189,9 @@ class Stream:
         if self.views is None and not self._allocate(placement[0], states):
             self.failed = True
             return
-        if len(states) != len(self.views) or any(h.dtype != v.dtype or h.shape[1:] != v.shape[1:]
-                                                 for h, v in zip(states, self.views, strict=True)):
+        if len(states) != len(self.views) or any(
+            h.dtype != v.dtype or h.shape[1:] != v.shape[1:] for h, v in zip(states, self.views, strict=True)
+        ):
             self.failed = True
             return
         moves = _coalesce(placement[1])
@@ -202,7 +203,7 @@ class Stream:
         else:
             for h, view in zip(states, self.views, strict=True):
                 for src, dst, n in moves:
-                    view[dst:dst + n].copy_(h[src:src + n])
+                    view[dst : dst + n].copy_(h[src : src + n])
         self.placed += sum(n for _, _, n in moves)
 
     def _allocate(self, total: int, states: list) -> bool:
@@ -228,7 +229,7 @@ class Stream:
             for h, view in zip(states, self.views, strict=True):
                 h.record_stream(self.side)
                 for src, dst, n in moves:
-                    view[dst:dst + n].copy_(h[src:src + n], non_blocking=True)
+                    view[dst : dst + n].copy_(h[src : src + n], non_blocking=True)
 
     def take(self) -> SharedStates | None:
         """The batch's hand-off once every row of it is in place (after the last copy ends); else None."""

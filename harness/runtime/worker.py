@@ -51,6 +51,7 @@ def run_forward_in_config_context(worker) -> None:
         def call(*args, **kwargs):
             with set_current_vllm_config(worker.vllm_config):
                 return inner(*args, **kwargs)
+
         return call
 
     for name in FORWARD_METHODS:
@@ -104,7 +105,9 @@ def placement(worker, scheduler_output, rows: int):
     disabled = worker._harness_disabled
     rows_shims = contracts.selected(Attach.WORKER_ROWS, disabled)
     placed_by = {cid for cid, _ in rows_shims}
-    if len(rows_shims) != 1 or any(cid not in placed_by for cid, _ in contracts.selected(Attach.WORKER_STATES, disabled)):
+    if len(rows_shims) != 1 or any(
+        cid not in placed_by for cid, _ in contracts.selected(Attach.WORKER_STATES, disabled)
+    ):
         return None
     return rows_shims[0][1].fn(worker, scheduler_output, rows)
 
@@ -211,9 +214,11 @@ class HarnessWorkerExtension(HiddenStatesWorkerExtension):
         for stream in self._harness_streams():
             stream.begin()
         device = self._harness_device_stream
-        return {"shm": self._harness_publisher.published if self._harness_publisher else 0,
-                "streamed": self._harness_stream.streamed if self._harness_stream else 0,
-                "device": device.publisher.published if device else 0}
+        return {
+            "shm": self._harness_publisher.published if self._harness_publisher else 0,
+            "streamed": self._harness_stream.streamed if self._harness_stream else 0,
+            "device": device.publisher.published if device else 0,
+        }
 
     def _store_captured_states(self, aux_hidden_states):
         # Counted per rank: speculators captures on TP rank 0 only, and the GPU tier checks that.

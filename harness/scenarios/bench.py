@@ -50,13 +50,18 @@ def paired(plain, extract, pairs: int = 5, warmup: int = 1) -> dict:
     t_plain, t_extract = [], []
     for i in range(pairs):
         order = ((plain, t_plain), (extract, t_extract))
-        for fn, into in (order if i % 2 == 0 else order[::-1]):
+        for fn, into in order if i % 2 == 0 else order[::-1]:
             t0 = time.perf_counter()
             fn()
             into.append(time.perf_counter() - t0)
     ratios = [p / e for p, e in zip(t_plain, t_extract, strict=True)]
-    return {"pairs": pairs, "warmup": warmup, "plain_s": spread(t_plain), "extract_s": spread(t_extract),
-            "ratio": spread(ratios)}
+    return {
+        "pairs": pairs,
+        "warmup": warmup,
+        "plain_s": spread(t_plain),
+        "extract_s": spread(t_extract),
+        "ratio": spread(ratios),
+    }
 
 
 def timed(fn, calls: int, warmup: int = 1) -> list[float]:
@@ -82,21 +87,38 @@ def unpaired(plain_s: list[float], extract_s: list[float]) -> dict:
 def verdict(ratio: dict, goal: float = GOAL) -> str:
     """One line: the median ratio with its spread, against the goal."""
     met = "meets" if ratio["median"] >= goal else "below"
-    return (f"extraction at {ratio['median']:.2f}x plain prefill (median of {len(ratio['all'])} pairs, "
-            f"min {ratio['min']:.2f}, max {ratio['max']:.2f}): {met} the goal of {goal}x")
+    return (
+        f"extraction at {ratio['median']:.2f}x plain prefill (median of {len(ratio['all'])} pairs, "
+        f"min {ratio['min']:.2f}, max {ratio['max']:.2f}): {met} the goal of {goal}x"
+    )
 
 
 def plain_llm(path, dtype: str, max_model_len: int, **kwargs):
     """Plain vLLM with speculators' limits, for the baseline (the caller shuts it down: `shutdown`)."""
     from vllm import LLM
 
-    return LLM(model=str(path), dtype=dtype, max_model_len=max_model_len, enforce_eager=True,
-               enable_prefix_caching=False, max_num_seqs=MAX_NUM_SEQS,
-               max_num_batched_tokens=max(MIN_BATCHED_TOKENS, max_model_len), seed=0, **kwargs)
+    return LLM(
+        model=str(path),
+        dtype=dtype,
+        max_model_len=max_model_len,
+        enforce_eager=True,
+        enable_prefix_caching=False,
+        max_num_seqs=MAX_NUM_SEQS,
+        max_num_batched_tokens=max(MIN_BATCHED_TOKENS, max_model_len),
+        seed=0,
+        **kwargs,
+    )
 
 
-def plain_engine(path, dtype: str, max_model_len: int, *, language_model_only: bool = False,
-                 attention_backend: str | None = None, **kwargs):
+def plain_engine(
+    path,
+    dtype: str,
+    max_model_len: int,
+    *,
+    language_model_only: bool = False,
+    attention_backend: str | None = None,
+    **kwargs,
+):
     """`plain_llm` run as the harness runs the same checkpoint: its text model only where the generator is told so
     (a multimodal checkpoint such as Kimi-K2.5), the attention backend asked for, remote code trusted."""
     from vllm import EngineArgs
@@ -157,14 +179,24 @@ def run(model_name: str = "tiny-llama", pairs: int = 5, dtype: str = "float32", 
         finally:
             shutdown(llm)
     ratio = result["ratio"]
-    return {"model": model_name, "dtype": dtype, "prompts": len(batch), "tokens": tokens, **result,
-            "ratio_median": ratio["median"], "ratio_min": ratio["min"], "ratio_max": ratio["max"],
-            "extract_tokens_per_s": tokens / result["extract_s"]["median"],
-            "prefill_tokens_per_s": tokens / result["plain_s"]["median"],
-            "goal": GOAL, "meets_goal": ratio["median"] >= GOAL, "verdict": verdict(ratio),
-            "wall_s": round(time.perf_counter() - started, 1),
-            "note": "paired A/B (order alternating) after a warm-up; LLM.generate(max_tokens=1), prefix caching "
-                    "off, speculators' scheduler limits (32 seqs, 8192 tokens a step), eager; both engines alive"}
+    return {
+        "model": model_name,
+        "dtype": dtype,
+        "prompts": len(batch),
+        "tokens": tokens,
+        **result,
+        "ratio_median": ratio["median"],
+        "ratio_min": ratio["min"],
+        "ratio_max": ratio["max"],
+        "extract_tokens_per_s": tokens / result["extract_s"]["median"],
+        "prefill_tokens_per_s": tokens / result["plain_s"]["median"],
+        "goal": GOAL,
+        "meets_goal": ratio["median"] >= GOAL,
+        "verdict": verdict(ratio),
+        "wall_s": round(time.perf_counter() - started, 1),
+        "note": "paired A/B (order alternating) after a warm-up; LLM.generate(max_tokens=1), prefix caching "
+        "off, speculators' scheduler limits (32 seqs, 8192 tokens a step), eager; both engines alive",
+    }
 
 
 def write(env: str, result: dict, report_dir: Path = REPORTS) -> Path:

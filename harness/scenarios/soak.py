@@ -47,8 +47,15 @@ class Plan:
     refused_before: int  # index of the call preceded by a refused one
 
 
-def plan(seed: int, n_calls: int, vocab_size: int, max_model_len: int, step_budget: int, max_prompts: int,
-         opening: tuple[tuple[int, int], ...] = ()) -> Plan:
+def plan(
+    seed: int,
+    n_calls: int,
+    vocab_size: int,
+    max_model_len: int,
+    step_budget: int,
+    max_prompts: int,
+    opening: tuple[tuple[int, int], ...] = (),
+) -> Plan:
     """`opening` calls first ((prompts, tokens each)), then random calls; at least one prompt of exactly
     `max_model_len - 1` tokens, some calls over `step_budget` tokens (several steps), repeats of earlier prompts."""
     rng = random.Random(seed)
@@ -70,8 +77,10 @@ def plan(seed: int, n_calls: int, vocab_size: int, max_model_len: int, step_budg
             length = min(longest, -(-want // count))
             lengths = [length] * count
         else:
-            lengths = [rng.randint(1, longest) if rng.random() < 0.2 else rng.randint(1, max(1, longest // 8))
-                       for _ in range(count)]
+            lengths = [
+                rng.randint(1, longest) if rng.random() < 0.2 else rng.randint(1, max(1, longest // 8))
+                for _ in range(count)
+            ]
         batch = [rng.choice(pool) if pool and rng.random() < 0.3 else fresh(n) for n in lengths]
         calls.append(batch)
     calls[min(len(calls) - 1, len(opening) + 1)][0] = fresh(longest)  # exactly max_model_len - 1 tokens
@@ -106,15 +115,17 @@ class Soak:
     def warmup(self) -> int:
         """Index of the call by which both extremes have run: the largest batch (by tokens), the longest prompt."""
         most, longest = max(c.tokens for c in self.calls), max(c.longest for c in self.calls)
-        return max(next(i for i, c in enumerate(self.calls) if c.tokens == most),
-                   next(i for i, c in enumerate(self.calls) if c.longest == longest))
+        return max(
+            next(i for i, c in enumerate(self.calls) if c.tokens == most),
+            next(i for i, c in enumerate(self.calls) if c.longest == longest),
+        )
 
     def growth(self) -> dict:
         """Peaks up to and after warm-up, host and device, and whether memory stayed flat."""
         w = self.warmup
 
         def peaks(values):
-            before, after = max(values[:w + 1]), max(values[w + 1:], default=0)
+            before, after = max(values[: w + 1]), max(values[w + 1 :], default=0)
             return before, after, after <= before * (1 + FLAT_SLACK) + FLAT_BYTES
 
         host = peaks([c.host_rss for c in self.calls])
@@ -122,12 +133,24 @@ class Soak:
         ranks = [r for r in per_rank if all(v is not None for v in r)]
         held = [peaks([v[0] for v in r]) for r in ranks]
         reserved = [peaks([v[1] for v in r]) for r in ranks]
-        return {"warmup_call": w, "host_peak_warmup": host[0], "host_peak_after": host[1], "host_flat": host[2],
-                "device_peak_warmup": [d[0] for d in held], "device_peak_after": [d[1] for d in held],
-                "device_flat": all(d[2] for d in held),
-                **({"device_reserved_peak_warmup": [d[0] for d in reserved],
+        return {
+            "warmup_call": w,
+            "host_peak_warmup": host[0],
+            "host_peak_after": host[1],
+            "host_flat": host[2],
+            "device_peak_warmup": [d[0] for d in held],
+            "device_peak_after": [d[1] for d in held],
+            "device_flat": all(d[2] for d in held),
+            **(
+                {
+                    "device_reserved_peak_warmup": [d[0] for d in reserved],
                     "device_reserved_peak_after": [d[1] for d in reserved],
-                    "device_mib": [[[v[0] >> 20, v[1] >> 20] for v in c.device] for c in self.calls]} if ranks else {})}
+                    "device_mib": [[[v[0] >> 20, v[1] >> 20] for v in c.device] for c in self.calls],
+                }
+                if ranks
+                else {}
+            ),
+        }
 
     @property
     def ok(self) -> bool:
@@ -135,19 +158,31 @@ class Soak:
 
     def _ok(self, growth: dict) -> bool:
         # a refusal that did not happen is among the failures (run)
-        return (not self.failures and self.workers_before == self.workers_after and growth["host_flat"]
-                and growth["device_flat"])
+        return (
+            not self.failures
+            and self.workers_before == self.workers_after
+            and growth["host_flat"]
+            and growth["device_flat"]
+        )
 
     def to_json(self) -> dict:
         g = self.growth()
-        return {"seed": self.seed, "calls": len(self.calls), "refused": self.refused, "bound": self.bound,
-                "workers_restarted": self.workers_before != self.workers_after, "failures": self.failures[:10],
-                "tokens_per_call": [c.tokens for c in self.calls],
-                "max_diff_alone": max((c.max_diff_alone for c in self.calls), default=None),
-                "mean_diff_alone": max((c.mean_diff_alone for c in self.calls), default=None),
-                "max_held_to_bound": self.strict,
-                "calls_over_bound_max": sum(c.max_diff_alone > self.bound for c in self.calls),
-                "seconds": round(sum(c.seconds for c in self.calls), 2), **g, "ok": self._ok(g)}
+        return {
+            "seed": self.seed,
+            "calls": len(self.calls),
+            "refused": self.refused,
+            "bound": self.bound,
+            "workers_restarted": self.workers_before != self.workers_after,
+            "failures": self.failures[:10],
+            "tokens_per_call": [c.tokens for c in self.calls],
+            "max_diff_alone": max((c.max_diff_alone for c in self.calls), default=None),
+            "mean_diff_alone": max((c.mean_diff_alone for c in self.calls), default=None),
+            "max_held_to_bound": self.strict,
+            "calls_over_bound_max": sum(c.max_diff_alone > self.bound for c in self.calls),
+            "seconds": round(sum(c.seconds for c in self.calls), 2),
+            **g,
+            "ok": self._ok(g),
+        }
 
 
 def _host_rss(worker_pids: list[int]) -> int:
@@ -180,7 +215,9 @@ def run(gen, p: Plan, bound, strict: bool = True) -> Soak:
         t0 = time.perf_counter()
         results = gen.generate(batch)
         seconds = time.perf_counter() - t0
-        rows_ok = all(int(h.shape[0]) == len(q) for q, r in zip(batch, results, strict=True) for h in r["hidden_states"])
+        rows_ok = all(
+            int(h.shape[0]) == len(q) for q, r in zip(batch, results, strict=True) for h in r["hidden_states"]
+        )
         if not rows_ok or len(results) != len(batch):
             out.failures.append(f"call {i}: rows differ from tokens")
         worst = mean = 0.0
@@ -195,13 +232,25 @@ def run(gen, p: Plan, bound, strict: bool = True) -> Soak:
         tol = bound([h for r in results for h in r["hidden_states"]])
         out.bound = max(out.bound, tol)
         if mean > tol:
-            out.failures.append(f"call {i}: a prompt's rows are not its own: mean difference from itself alone "
-                                f"{mean:.3g} > {tol:.3g}")
+            out.failures.append(
+                f"call {i}: a prompt's rows are not its own: mean difference from itself alone {mean:.3g} > {tol:.3g}"
+            )
         elif strict and worst > tol:
             out.failures.append(f"call {i}: a prompt differs from itself extracted alone by {worst:.3g} > {tol:.3g}")
         device = gen.real_executor.collective_rpc("_harness_device_memory")
-        out.calls.append(Call(len(batch), sum(map(len, batch)), seconds, rows_ok, worst, mean,
-                              _host_rss(out.workers_before) - held, list(device), max(map(len, batch))))
+        out.calls.append(
+            Call(
+                len(batch),
+                sum(map(len, batch)),
+                seconds,
+                rows_ok,
+                worst,
+                mean,
+                _host_rss(out.workers_before) - held,
+                list(device),
+                max(map(len, batch)),
+            )
+        )
     out.workers_after = workers()
     if out.refused is None and p.refused_before < len(p.calls):
         out.failures.append("the refused call was not refused")

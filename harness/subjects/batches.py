@@ -31,21 +31,31 @@ def in_order(gen, batch: list[list[int]], tail: int = 5) -> None:
     """Extract `batch`; the last prompts' rows must be their own: equal to those prompts extracted on their own."""
     results = gen.generate(batch)
     alone = gen.generate(batch[-tail:])
-    worst = max(float((a - b).abs().max()) for ra, rb in zip(alone, results[-tail:], strict=True)
-                for a, b in zip(ra["hidden_states"], rb["hidden_states"], strict=True))
+    worst = max(
+        float((a - b).abs().max())
+        for ra, rb in zip(alone, results[-tail:], strict=True)
+        for a, b in zip(ra["hidden_states"], rb["hidden_states"], strict=True)
+    )
     if worst > ORDER_TOL:
-        raise AssertionError(f"rows are not in request order: the last {tail} prompts differ from themselves "
-                             f"extracted alone by {worst:.3g}")
+        raise AssertionError(
+            f"rows are not in request order: the last {tail} prompts differ from themselves "
+            f"extracted alone by {worst:.3g}"
+        )
 
 
 def each_own(gen, batch: list[list[int]]) -> None:
     """Extract `batch`; every prompt's rows must equal that prompt extracted on its own."""
     results = gen.generate(batch)
-    worst = max(float((a - b).abs().max()) for prompt, got in zip(batch, results, strict=True)
-                for a, b in zip(gen.generate([prompt])[0]["hidden_states"], got["hidden_states"], strict=True))
+    worst = max(
+        float((a - b).abs().max())
+        for prompt, got in zip(batch, results, strict=True)
+        for a, b in zip(gen.generate([prompt])[0]["hidden_states"], got["hidden_states"], strict=True)
+    )
     if worst > ORDER_TOL:
-        raise AssertionError(f"rows are not in request order: a step of {len(batch)} prompts of unequal lengths "
-                             f"differs from the prompts extracted alone by {worst:.3g}")
+        raise AssertionError(
+            f"rows are not in request order: a step of {len(batch)} prompts of unequal lengths "
+            f"differs from the prompts extracted alone by {worst:.3g}"
+        )
 
 
 def repeated_calls(gen, max_num_seqs: int) -> int:
@@ -55,5 +65,7 @@ def repeated_calls(gen, max_num_seqs: int) -> int:
     calls = 2 * max_num_seqs // CALL_PROMPTS + 1
     vocab = gen.vocab_size
     for c in range(calls):
-        gen.generate([[(13 * c + 5 * i + j) % (vocab - 4) + 4 for j in range(CALL_TOKENS)] for i in range(CALL_PROMPTS)])
+        gen.generate(
+            [[(13 * c + 5 * i + j) % (vocab - 4) + 4 for j in range(CALL_TOKENS)] for i in range(CALL_PROMPTS)]
+        )
     return calls

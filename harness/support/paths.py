@@ -22,5 +22,7 @@ CACHE = REPO_ROOT / ".cache"
 #: harness/suites, so a test's id reads `suites/e2e/...` either way and the suites' conftest is a top-level one).
 SUITES_BASE = SOURCE_ROOT if CHECKOUT else PACKAGE
 #: The suites a complete run covers, per kind, in the order a CPU run takes them (relative to SUITES_BASE).
-SUITES = {"cpu": ("suites/contracts", "suites/e2e", "suites/native", "suites/clients", "suites/bad_input"),
-          "gpu": ("suites/gpu",)}
+SUITES = {
+    "cpu": ("suites/contracts", "suites/e2e", "suites/native", "suites/clients", "suites/bad_input"),
+    "gpu": ("suites/gpu",),
+}

@@ -8,8 +8,9 @@ import time
 
 
 class Progress:
-    def __init__(self, what: str, total: float | None, unit: str = "MB", scale: float = 1e6, every_s: float = 3.0,
-                 stream=None):
+    def __init__(
+        self, what: str, total: float | None, unit: str = "MB", scale: float = 1e6, every_s: float = 3.0, stream=None
+    ):
         self.what, self.total, self.unit, self.scale, self.every_s = what, total, unit, scale, every_s
         self.stream = stream or sys.stderr
         self.started = self.last = time.monotonic()

@@ -20,15 +20,18 @@ def openmp_registration_pid(name: str) -> int | None:
     """The pid an OpenMP registration file is named after (None for any other name)."""
     if not name.startswith(OPENMP_REGISTRATION):
         return None
-    head = name[len(OPENMP_REGISTRATION):].split("_", 1)[0]
+    head = name[len(OPENMP_REGISTRATION) :].split("_", 1)[0]
     return int(head) if head.isdigit() else None
 
 
 def discard_openmp_registrations(pids=None, directory: str = SHM) -> list[str]:
     """Unlink the OpenMP registration files of these processes (of any, where None) that have exited; a live
     process's own registration is never touched."""
-    ended = [n for n in sorted(entries(directory)) if (pid := openmp_registration_pid(n)) is not None
-             and (pids is None or pid in pids) and not _alive(pid)]
+    ended = [
+        n
+        for n in sorted(entries(directory))
+        if (pid := openmp_registration_pid(n)) is not None and (pids is None or pid in pids) and not _alive(pid)
+    ]
     return _unlink(ended, directory)
 
 
@@ -91,7 +94,7 @@ def mapped_shm(directory: str = SHM) -> set[str]:
                 for line in f:
                     i = line.find(directory + "/")
                     if i >= 0:
-                        names.add(line[i + len(directory) + 1:].split()[0])
+                        names.add(line[i + len(directory) + 1 :].split()[0])
         except OSError:
             continue
     return names

@@ -28,6 +28,7 @@ _VOLATILE = (
     (re.compile(r"\b0x[0-9a-fA-F]{6,16}\b"), "0x<addr>"),
 )
 
+
 def text(value: str) -> str:
     """`value` with pids, log clock times, temporary paths, request-id suffixes, ports and addresses replaced."""
     for pattern, replacement in _VOLATILE:

@@ -36,9 +36,11 @@ _POOL: ThreadPoolExecutor | None = None
 def job(name: str):
     """Register `fn()` as the background job `name`: `fn()` runs in the starting thread and returns a callable
     (child processes only) whose result is what the test asserts on."""
+
     def register(fn):
         _JOBS[name] = fn
         return fn
+
     return register
 
 

@@ -31,6 +31,4 @@ class Collector:
         self.last_report: dict | None = None  # the report this process wrote (the CLI reads its status)
 
 
-
-
 COLLECTOR = Collector()

@@ -12,12 +12,16 @@ def gpu_config(config):
 
     layer_ids = config.getoption("--layer-ids")
     return TierConfig.from_env(
-        model_path=config.getoption("--model-path"), tp=config.getoption("--tp"),
-        layer_ids=[int(x) for x in layer_ids.split(",")] if layer_ids else None, dtype=config.getoption("--dtype"),
-        prompts_file=config.getoption("--prompts"), report_dir=config.getoption("--gpu-report-dir"),
+        model_path=config.getoption("--model-path"),
+        tp=config.getoption("--tp"),
+        layer_ids=[int(x) for x in layer_ids.split(",")] if layer_ids else None,
+        dtype=config.getoption("--dtype"),
+        prompts_file=config.getoption("--prompts"),
+        report_dir=config.getoption("--gpu-report-dir"),
         attention_backend=config.getoption("--attention-backend"),
         gpu_memory_utilization=config.getoption("--gpu-memory-utilization"),
-        throughput_pairs=config.getoption("--throughput-pairs"))
+        throughput_pairs=config.getoption("--throughput-pairs"),
+    )
 
 
 def gpus_on_this_host() -> int:

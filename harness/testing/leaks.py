@@ -45,8 +45,11 @@ def shm_left(before: set[str], wait_s: float = 10.0) -> set[str]:
     deadline = time.monotonic() + wait_s
     while True:
         discard_openmp_registrations(directory=SHM)  # of processes that have ended (see harness.support.shm_orphans)
-        left = {n for n in (shm_entries() - before) - mapped_shm(SHM)
-                if not n.startswith(TRACKED_AT_EXIT) and openmp_registration_pid(n) is None}  # live ones' own
+        left = {
+            n
+            for n in (shm_entries() - before) - mapped_shm(SHM)
+            if not n.startswith(TRACKED_AT_EXIT) and openmp_registration_pid(n) is None
+        }  # live ones' own
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.5)

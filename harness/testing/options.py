@@ -20,11 +20,20 @@ def pytest_addoption(parser):
     gpu = parser.getgroup("harness GPU tier (-m gpu)")
     gpu.addoption("--model-path", help="checkpoint folder (env HARNESS_GPU_MODEL_PATH)")
     gpu.addoption("--tp", type=int, help="tensor_parallel_size (env HARNESS_GPU_TP, default 8)")
-    gpu.addoption("--layer-ids", help="comma-separated layer ids (env HARNESS_GPU_LAYER_IDS; default: speculators' choice)")
+    gpu.addoption(
+        "--layer-ids", help="comma-separated layer ids (env HARNESS_GPU_LAYER_IDS; default: speculators' choice)"
+    )
     gpu.addoption("--dtype", help="bfloat16 | float16 | float32 (env HARNESS_GPU_DTYPE, default bfloat16)")
-    gpu.addoption("--prompts", help="prompt set JSON (env HARNESS_GPU_PROMPTS; default fixtures/prompts/gpu-prompts.json)")
-    gpu.addoption("--gpu-report-dir", help="where the dated report goes (env HARNESS_GPU_REPORT_DIR; default reports/gpu)")
+    gpu.addoption(
+        "--prompts", help="prompt set JSON (env HARNESS_GPU_PROMPTS; default fixtures/prompts/gpu-prompts.json)"
+    )
+    gpu.addoption(
+        "--gpu-report-dir", help="where the dated report goes (env HARNESS_GPU_REPORT_DIR; default reports/gpu)"
+    )
     gpu.addoption("--attention-backend", help="e.g. TRITON_MLA (env HARNESS_GPU_ATTENTION_BACKEND; default vLLM's)")
     gpu.addoption("--gpu-memory-utilization", type=float, help="(env HARNESS_GPU_MEMORY_UTILIZATION; default 0.8)")
-    gpu.addoption("--throughput-pairs", type=int, help="timed calls a side of extraction vs plain prefill, 0: none "
-                                                       "(env HARNESS_GPU_THROUGHPUT_PAIRS, default 5)")
+    gpu.addoption(
+        "--throughput-pairs",
+        type=int,
+        help="timed calls a side of extraction vs plain prefill, 0: none (env HARNESS_GPU_THROUGHPUT_PAIRS, default 5)",
+    )

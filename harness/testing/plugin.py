@@ -38,13 +38,23 @@ from harness.testing.session_report import (  # noqa: F401
 pytest_plugins = ["harness.testing.options"]
 
 #: The markers the suites use (also in pyproject.toml for the checkout; registered here for the installed suites).
-MARKERS = ("gpu: needs CUDA GPUs and a CUDA build of vLLM (the GPU tier)", "multi_gpu(n): needs n GPUs on one host",
-           "vllm: needs an installed vLLM (conformance suites)",
-           "xdist_group(name): keep tests sharing a generator on one pytest-xdist worker")
+MARKERS = (
+    "gpu: needs CUDA GPUs and a CUDA build of vLLM (the GPU tier)",
+    "multi_gpu(n): needs n GPUs on one host",
+    "vllm: needs an installed vLLM (conformance suites)",
+    "xdist_group(name): keep tests sharing a generator on one pytest-xdist worker",
+)
 
-ENV_DEFAULTS = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-                "VLLM_SLEEP_WHEN_IDLE": "1", "VLLM_WORKER_MULTIPROC_METHOD": "spawn", "TOKENIZERS_PARALLELISM": "false",
-                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+ENV_DEFAULTS = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_SLEEP_WHEN_IDLE": "1",
+    "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+    "TOKENIZERS_PARALLELISM": "false",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
 
 
 @pytest.hookimpl(tryfirst=True)

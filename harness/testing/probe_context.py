@@ -72,8 +72,13 @@ class ProbeContext:
     def speculators_vllm_config(self, disable: set[str] = frozenset(), **options: Any):
         """The VllmConfig speculators' `_create_vllm_config` builds, with the given shims left out."""
         cls = generator_class(ShimState(disabled=frozenset(disable)), options_for(self.model, **options))
-        return cls._create_vllm_config(None, model_path=str(self.model.path), max_model_len=self.max_model_len,
-                                       gpu_memory_utilization=0.8, tensor_parallel_size=1)
+        return cls._create_vllm_config(
+            None,
+            model_path=str(self.model.path),
+            max_model_len=self.max_model_len,
+            gpu_memory_utilization=0.8,
+            tensor_parallel_size=1,
+        )
 
     @cached_property
     def _eos(self) -> int | None:
@@ -86,9 +91,14 @@ class ProbeContext:
     def request_values(self, prompt: list[int]) -> dict:
         from vllm.sampling_params import SamplingParams
 
-        return {"request_id": f"probe-{next(self._ids)}", "prompt_token_ids": prompt,
-                "sampling_params": SamplingParams(max_tokens=1, temperature=0.0), "pooling_params": None,
-                "eos_token_id": self._eos, "arrival_time": 0.0}
+        return {
+            "request_id": f"probe-{next(self._ids)}",
+            "prompt_token_ids": prompt,
+            "sampling_params": SamplingParams(max_tokens=1, temperature=0.0),
+            "pooling_params": None,
+            "eos_token_id": self._eos,
+            "arrival_time": 0.0,
+        }
 
     def new_request(self, vllm_config, prompt: list[int]):
         """A Request as speculators makes it, through the C-request shim (block hasher for this config)."""
@@ -114,8 +124,11 @@ class ProbeContext:
         sched.apply(ns, lambda name: ns.get(name, Scheduler), None)
         if vllm_config.cache_config.num_gpu_blocks is None:  # speculators sets it from its KV-cache plan
             vllm_config.cache_config.num_gpu_blocks = self.kv_cache_config.num_blocks
-        return ns.get("Scheduler", Scheduler)(vllm_config=vllm_config, kv_cache_config=self.kv_cache_config,
-                                              structured_output_manager=StructuredOutputManager(vllm_config=vllm_config))
+        return ns.get("Scheduler", Scheduler)(
+            vllm_config=vllm_config,
+            kv_cache_config=self.kv_cache_config,
+            structured_output_manager=StructuredOutputManager(vllm_config=vllm_config),
+        )
 
     @staticmethod
     def finished_aborted():
@@ -137,9 +150,14 @@ class ProbeContext:
         if self._extra.get(async_scheduling) is None and async_scheduling not in self._start_failures:
             from harness.contracts.base import Attempt
 
-            start, gen = Attempt.run(lambda: HarnessGenerator(
-                self.model.path, self.layer_ids, max_model_len=self.max_model_len,
-                options=options_for(self.model, async_scheduling=async_scheduling)))
+            start, gen = Attempt.run(
+                lambda: HarnessGenerator(
+                    self.model.path,
+                    self.layer_ids,
+                    max_model_len=self.max_model_len,
+                    options=options_for(self.model, async_scheduling=async_scheduling),
+                )
+            )
             self._extra[async_scheduling] = gen
             self._start_failures[async_scheduling] = start
         return self._extra[async_scheduling]
@@ -156,10 +174,14 @@ class ProbeContext:
 
         failed = self._start_failures.get(requested)
         if failed is not None and not failed.ok:
-            return (f"not observable here: an executor with async_scheduling={requested} does not start on this "
-                    f"{current_platform.device_type} build ({failed.text})")
-        return (f"not observable here: async_scheduling={requested} requested, the {current_platform.device_type} "
-                f"platform resolves it to {self.resolved_async(requested)}")
+            return (
+                f"not observable here: an executor with async_scheduling={requested} does not start on this "
+                f"{current_platform.device_type} build ({failed.text})"
+            )
+        return (
+            f"not observable here: async_scheduling={requested} requested, the {current_platform.device_type} "
+            f"platform resolves it to {self.resolved_async(requested)}"
+        )
 
     def close(self) -> None:
         for gen in self._extra.values():

@@ -60,6 +60,7 @@ def expectations(harness_meta):
 def record_observation(request, expectations, harness_meta):
     """`record(obs)`: the observation goes into the env report, and is held to its expectation (strict).
     `hold=False` only where a caller collects every row before failing (the GPU tier's report)."""
+
     def record(obs, hold: bool = True) -> None:
         data = obs.to_json()
         exp = expectations["table"].get(obs.key)
@@ -70,6 +71,7 @@ def record_observation(request, expectations, harness_meta):
         request.node.user_properties.append((META, harness_meta))
         if hold:
             check_expected(obs, expectations)
+
     return record
 
 
@@ -77,15 +79,21 @@ def record_observation(request, expectations, harness_meta):
 def record_e2e(request):
     def record(model: str, check: str, result: str, measured: str = "", **values) -> None:
         request.node.user_properties.append(
-            (E2E, {"model": model, "check": check, "result": result, "measured": measured, **values}))
+            (E2E, {"model": model, "check": check, "result": result, "measured": measured, **values})
+        )
+
     return record
 
 
 @pytest.fixture
 def record_proof(request):
     """`record(key, result, text)`: a shim proof's result for contract row `key` (see harness.reporting.report.PROOF_*)."""
+
     def record(key: str, result: str, text: str = "") -> None:
-        request.node.user_properties.append((PROOF, {"contract": key, "result": result, "evidence": volatile.text(text)[:400]}))
+        request.node.user_properties.append(
+            (PROOF, {"contract": key, "result": result, "evidence": volatile.text(text)[:400]})
+        )
+
     return record
 
 
@@ -93,6 +101,7 @@ def record_proof(request):
 def record_note(request):
     def record(text: str) -> None:
         request.node.user_properties.append((NOTE, volatile.text(text)))
+
     return record
 
 
@@ -118,11 +127,13 @@ def check_expected(obs, expectations) -> None:
     if exp is None:
         pytest.fail(f"{obs.key}: no expectation in {expectations['path']}; observed {obs.outcome} ({obs.reason})")
     assert obs.outcome == exp.outcome, (
-        f"{obs.key}: expected {exp.outcome} ({exp.reason}); observed {obs.outcome}: {obs.reason}")
+        f"{obs.key}: expected {exp.outcome} ({exp.reason}); observed {obs.outcome}: {obs.reason}"
+    )
     selected = obs.facts.get("shim_selected")
     if isinstance(selected, bool):
         assert selected == (obs.outcome.value == "shimmed"), (
-            f"{obs.key}: the harness's probing selects the shim={selected}, but the contract is {obs.outcome}")
+            f"{obs.key}: the harness's probing selects the shim={selected}, but the contract is {obs.outcome}"
+        )
 
 
 @pytest.fixture
@@ -130,12 +141,14 @@ def numerics_expected(expectations):
     """`check(model, ok, measured)` for a comparison with transformers: it must hold, unless the expectations
     say this vLLM computes wrong numbers for the model (e2e[model] = broken); then it must still fail (strict:
     an unexpected pass fails, as everywhere else)."""
+
     def check(model: str, ok: bool, measured: str) -> None:
         exp = expectations["table"].get(f"e2e[{model}]")
         if observe_only() or exp is None or exp.outcome.value != "broken":
             assert ok, measured
             return
         assert not ok, f"e2e[{model}] is expected broken ({exp.reason}) but the numbers now match: {measured}"
+
     return check
 
 

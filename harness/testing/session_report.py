@@ -24,7 +24,7 @@ def report_generator_starts(report) -> None:
     controlling process counts them also where pytest-xdist started them in a worker."""
     from harness.runtime.generator import START_SECONDS
 
-    new = START_SECONDS[_STARTS_REPORTED[0]:]
+    new = START_SECONDS[_STARTS_REPORTED[0] :]
     if new:
         report.user_properties.append((STARTS, [round(s, 2) for s in new]))
         _STARTS_REPORTED[0] = len(START_SECONDS)
@@ -36,11 +36,16 @@ def timings(col: Collector) -> dict:
 
     slowest = sorted(col.durations.items(), key=lambda kv: -kv[1])[:15]
     starts = list(col.starts)
-    return {"session_s": round(time.time() - col.started, 1),
-            "proofs_s": round(sum(v for k, v in col.durations.items() if "test_shim_proofs" in k), 1),
-            "generator_starts": {"count": len(starts), "total_s": round(sum(starts), 1),
-                                 "median_s": round(statistics.median(starts), 2) if starts else 0.0},
-            "slowest": [[k, round(v, 1)] for k, v in slowest]}
+    return {
+        "session_s": round(time.time() - col.started, 1),
+        "proofs_s": round(sum(v for k, v in col.durations.items() if "test_shim_proofs" in k), 1),
+        "generator_starts": {
+            "count": len(starts),
+            "total_s": round(sum(starts), 1),
+            "median_s": round(statistics.median(starts), 2) if starts else 0.0,
+        },
+        "slowest": [[k, round(v, 1)] for k, v in slowest],
+    }
 
 
 def tier(nodeid: str) -> str:
@@ -85,7 +90,7 @@ def pytest_runtest_logreport(report):
 
 def skip_reason(report) -> str:
     text = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
-    return text[len("Skipped: "):] if text.startswith("Skipped: ") else text
+    return text[len("Skipped: ") :] if text.startswith("Skipped: ") else text
 
 
 def pytest_configure(config):
@@ -130,8 +135,10 @@ def suite_files() -> dict[str, list[str]]:
     of them out is a subset."""
     from harness.support.paths import SUITES, SUITES_BASE
 
-    return {kind: sorted(str(p.relative_to(SUITES_BASE)) for d in dirs for p in (SUITES_BASE / d).rglob("test_*.py"))
-            for kind, dirs in SUITES.items()}
+    return {
+        kind: sorted(str(p.relative_to(SUITES_BASE)) for d in dirs for p in (SUITES_BASE / d).rglob("test_*.py"))
+        for kind, dirs in SUITES.items()
+    }
 
 
 def selection(config, col: Collector) -> dict:
@@ -153,8 +160,11 @@ def selection(config, col: Collector) -> dict:
     if picked:
         subset.append("single tests picked: " + ", ".join(a.split("/")[-1] for a in picked[:5]))
     ran = sum(col.tests[k] for k in ("passed", "failed", "skipped", "error"))
-    stopped = (f"stopped after {ran} of {len(col.collected)} selected tests"
-               if ran < len(col.collected) and not col.interrupted else None)
+    stopped = (
+        f"stopped after {ran} of {len(col.collected)} selected tests"
+        if ran < len(col.collected) and not col.interrupted
+        else None
+    )
     return {"kind": kind, "files": files, "tests": len(col.collected), "subset": subset, "stopped_early": stopped}
 
 
@@ -230,9 +240,23 @@ def pytest_sessionfinish(session, exitstatus):
     not_observed = sorted(set(contracts.keys()) - set(col.observations)) if "contracts" in tiers else []
     rows = list(col.observations.values())
     attach_proofs(rows, col.proofs)
-    rep = build(config.getoption("--harness-env"), col.meta, rows, col.e2e, tiers, col.tests, stale, not_observed,
-                exp_file, col.notes, selection=selection(config, col), skips=col.skips, interrupted=col.interrupted,
-                timings=timings(col), observed_only=observe_only())
+    rep = build(
+        config.getoption("--harness-env"),
+        col.meta,
+        rows,
+        col.e2e,
+        tiers,
+        col.tests,
+        stale,
+        not_observed,
+        exp_file,
+        col.notes,
+        selection=selection(config, col),
+        skips=col.skips,
+        interrupted=col.interrupted,
+        timings=timings(col),
+        observed_only=observe_only(),
+    )
     col.last_report = rep
     j, m = write_report(rep, Path(config.getoption("--harness-report-dir")))
     drafted = j.with_name(f"{rep['env']}.expectations-draft.toml")

@@ -38,16 +38,47 @@ def call_facts(tree: Tree, ref: Ref, call: Call, contract: str) -> list[Fact]:
     for kw in call.keywords:
         p = sig.named(kw)
         ok = (p is not None and p.kind != "positional-only") or sig.takes_any_keyword
-        facts.append(Fact(contract, f"{ref.symbol}({kw}=)", "keyword", "accepted" if ok else "not accepted", ok,
-                          "keyword-removed", sig.where, site, {"keyword": kw}))
+        facts.append(
+            Fact(
+                contract,
+                f"{ref.symbol}({kw}=)",
+                "keyword",
+                "accepted" if ok else "not accepted",
+                ok,
+                "keyword-removed",
+                sig.where,
+                site,
+                {"keyword": kw},
+            )
+        )
     positional = sig.positional
     fits = call.n_positional <= len(positional) or sig.takes_any_positional
-    facts.append(Fact(contract, f"{ref.symbol}(<{call.n_positional} positional>)", "positional",
-                      f"{len(positional)} positional parameters", fits, "positional-changed", sig.where, site))
-    passed = {p.name for p in positional[:call.n_positional]} | set(call.keywords)
+    facts.append(
+        Fact(
+            contract,
+            f"{ref.symbol}(<{call.n_positional} positional>)",
+            "positional",
+            f"{len(positional)} positional parameters",
+            fits,
+            "positional-changed",
+            sig.where,
+            site,
+        )
+    )
+    passed = {p.name for p in positional[: call.n_positional]} | set(call.keywords)
     missing = [p for p in sig.params if p.required and p.kind not in ("*args", "**kwargs") and p.name not in passed]
     where = f"{sig.where.rsplit(':', 1)[0]}:{missing[0].line}" if missing and missing[0].line else sig.where
-    facts.append(Fact(contract, f"{ref.symbol}(...)", "required", ", ".join(p.name for p in missing) or "none",
-                      not missing, "required-parameter-added", where, site,
-                      {"parameters": [p.name for p in missing]}))
+    facts.append(
+        Fact(
+            contract,
+            f"{ref.symbol}(...)",
+            "required",
+            ", ".join(p.name for p in missing) or "none",
+            not missing,
+            "required-parameter-added",
+            where,
+            site,
+            {"parameters": [p.name for p in missing]},
+        )
+    )
     return facts

@@ -74,7 +74,7 @@ def steps(root: Path) -> tuple[list[Step], str | None]:
             if any(s in test for s in NEVER_ENABLED):
                 # Only the branch taken with that feature off runs for speculators, and always does.
                 negated = isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not)
-                for child in (node.body if negated else node.orelse):
+                for child in node.body if negated else node.orelse:
                     visit(child, conditions)
                 return
             for child in node.body:

@@ -51,5 +51,13 @@ class Finding:
 
     @classmethod
     def between(cls, old: Fact | None, new: Fact) -> Finding:
-        return cls(new.contract, new.symbol, new.kind or new.check, old.value if old else "(not seen)", new.value,
-                   new.evidence, new.site, dict(new.detail))
+        return cls(
+            new.contract,
+            new.symbol,
+            new.kind or new.check,
+            old.value if old else "(not seen)",
+            new.value,
+            new.evidence,
+            new.site,
+            dict(new.detail),
+        )

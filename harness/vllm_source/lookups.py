@@ -9,8 +9,12 @@ from harness.vllm_source.facts import Fact
 #: family -> (module, stack class, decoder layer class, causal-LM class).
 FAMILIES = {
     "llama": ("vllm.model_executor.models.llama", "LlamaModel", "LlamaDecoderLayer", "LlamaForCausalLM"),
-    "deepseek_v2": ("vllm.model_executor.models.deepseek_v2", "DeepseekV2Model", "DeepseekV2DecoderLayer",
-                    "DeepseekV2ForCausalLM"),
+    "deepseek_v2": (
+        "vllm.model_executor.models.deepseek_v2",
+        "DeepseekV2Model",
+        "DeepseekV2DecoderLayer",
+        "DeepseekV2ForCausalLM",
+    ),
 }
 KIMI = ("vllm.model_executor.models.kimi_k25", "KimiK25ForConditionalGeneration", "deepseek_v2")
 

@@ -29,13 +29,22 @@ from harness.vllm_source.tree import _parse, module_file
 #: The worker modules whose runner speculators' generator drives (GPU and CPU builds), and their classes.
 WORKERS = {"vllm.v1.worker.gpu_worker": "Worker", "vllm.v1.worker.cpu_worker": "CPUWorker"}
 #: Text in an `if` test that makes its branch not speculators' default, with why.
-NOT_DEFAULT = {"use_v2_model_runner": "the opt-in switch to the V2 runner",
-               "is_mm_encoder_only": "encoder-only multimodal models, which speculators does not extract from"}
+NOT_DEFAULT = {
+    "use_v2_model_runner": "the opt-in switch to the V2 runner",
+    "is_mm_encoder_only": "encoder-only multimodal models, which speculators does not extract from",
+}
 #: A step's requests sorted by how many tokens each has scheduled: `sorted(<name with one of these>, key=...)`.
 ORDER_NAMES = ("num_tokens_per_req", "num_scheduled_tokens")
 #: The methods that build a runner and load its model; what they (and the methods they call) assign is held.
-CONSTRUCTION = ("__init__", "load_model", "initialize_kv_cache", "initialize_kv_cache_tensors",
-                "initialize_attn_backend", "initialize_metadata_builders", "may_reinitialize_input_batch")
+CONSTRUCTION = (
+    "__init__",
+    "load_model",
+    "initialize_kv_cache",
+    "initialize_kv_cache_tensors",
+    "initialize_attn_backend",
+    "initialize_metadata_builders",
+    "may_reinitialize_input_batch",
+)
 
 
 @dataclass(frozen=True)
@@ -72,7 +81,7 @@ def imports_of(module_ast: ast.Module, module: str) -> dict[str, str]:
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(pkg[:len(pkg) - node.level] + ([base] if base else []))
+                base = ".".join(pkg[: len(pkg) - node.level] + ([base] if base else []))
             for a in node.names:
                 out.setdefault(a.asname or a.name, f"{base}.{a.name}")
     return out
@@ -87,8 +96,10 @@ def v2_by_default(root: Path) -> bool:
         return False
     for node in ast.walk(_parse(str(f))):
         if isinstance(node, ast.FunctionDef) and node.name == "use_v2_model_runner":
-            return any(isinstance(s, ast.Return) and isinstance(s.value, ast.Constant) and s.value.value is True
-                       for s in node.body)
+            return any(
+                isinstance(s, ast.Return) and isinstance(s.value, ast.Constant) and s.value.value is True
+                for s in node.body
+            )
     return False
 
 
@@ -140,7 +151,7 @@ def runner(root: Path, path: str, _depth: int = 0) -> Runner:
         for base in node.bases:
             dotted = ast.unparse(base)
             target = names.get(dotted.split(".")[0])
-            target = (target + dotted[len(dotted.split(".")[0]):]) if target else f"{module}.{dotted}"
+            target = (target + dotted[len(dotted.split(".")[0]) :]) if target else f"{module}.{dotted}"
             if target.startswith("vllm."):
                 parent = runner(root, target, _depth + 1)
                 out.attributes.update(parent.attributes)
@@ -154,13 +165,18 @@ def runner(root: Path, path: str, _depth: int = 0) -> Runner:
         for n in ast.walk(m):
             targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
             for t in targets:
-                for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+                for e in t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]:
                     if isinstance(e, ast.Attribute) and getattr(e.value, "id", None) == "self":
                         own.setdefault(e.attr, f"{rel}:{e.lineno}")
     out.attributes.update(own)  # the class's own place wins over a base's
     for n in ast.walk(tree):
-        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "sorted" and n.args
-                and any(s in ast.unparse(n.args[0]) for s in ORDER_NAMES)):
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name)
+            and n.func.id == "sorted"
+            and n.args
+            and any(s in ast.unparse(n.args[0]) for s in ORDER_NAMES)
+        ):
             out.sorts_steps = f"{rel}:{n.lineno}"
             break
     return out
@@ -176,8 +192,12 @@ def _construction(methods: dict) -> list:
             continue
         seen[m.name] = m
         for n in ast.walk(m):
-            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                    and getattr(n.func.value, "id", None) == "self" and n.func.attr in methods):
+            if (
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and getattr(n.func.value, "id", None) == "self"
+                and n.func.attr in methods
+            ):
                 todo.append(methods[n.func.attr])
     return list(seen.values())
 
@@ -206,8 +226,9 @@ def read(root: str, worker_module: str) -> WorkerRunners:
     r = Path(root)
     f = module_file(r, worker_module)
     built = built_runners(r, worker_module)
-    return WorkerRunners(worker_module, str(f.relative_to(r)) if f else None, built,
-                         {b.cls: runner(r, b.cls) for b in built})
+    return WorkerRunners(
+        worker_module, str(f.relative_to(r)) if f else None, built, {b.cls: runner(r, b.cls) for b in built}
+    )
 
 
 def describe(r: Runner) -> str:

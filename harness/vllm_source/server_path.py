@@ -21,6 +21,7 @@ SERVER_CLASS = re.compile(r"^class (ExtractHiddenStates(?:Speculator|Proposer))\
 
 # --- reading a vLLM source tree -----------------------------------------------------------------------------
 
+
 def _module_file(root: Path, module: str) -> Path | None:
     base = root.joinpath(*module.split("."))
     for p in (base.with_suffix(".py"), base / "__init__.py"):
@@ -43,7 +44,8 @@ def _defines(tree: ast.Module, name: str) -> int | None:
             if any(isinstance(t, ast.Name) and t.id == name for t in targets):
                 return node.lineno
         if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
-                (a.asname or a.name.split(".")[0]) == name for a in node.names):
+            (a.asname or a.name.split(".")[0]) == name for a in node.names
+        ):
             return node.lineno
         if isinstance(node, ast.If):  # TYPE_CHECKING / version branches
             inner = _defines(ast.Module(body=node.body + node.orelse, type_ignores=[]), name)
@@ -98,14 +100,26 @@ class Tree:
 
 # --- what the client's path needs --------------------------------------------------------------------------
 
+
 def _server_needs() -> list[tuple[str, str, callable]]:
     return [
-        ("serve-method", "SpeculativeConfig accepts method 'extract_hidden_states'",
-         lambda t: t.text_has("vllm.config.speculative", r"[\"']extract_hidden_states[\"']")),
-        ("serve-connector", "the connector factory registers ExampleHiddenStatesConnector",
-         lambda t: t.text_has("vllm.distributed.kv_transfer.kv_connector.factory", r"[\"']ExampleHiddenStatesConnector[\"']")),
-        ("serve-module-path", "KVTransferConfig has kv_connector_module_path (how hs-connectors' connectors load)",
-         lambda t: t.text_has("vllm.config.kv_transfer", r"^\s+kv_connector_module_path\s*:")),
+        (
+            "serve-method",
+            "SpeculativeConfig accepts method 'extract_hidden_states'",
+            lambda t: t.text_has("vllm.config.speculative", r"[\"']extract_hidden_states[\"']"),
+        ),
+        (
+            "serve-connector",
+            "the connector factory registers ExampleHiddenStatesConnector",
+            lambda t: t.text_has(
+                "vllm.distributed.kv_transfer.kv_connector.factory", r"[\"']ExampleHiddenStatesConnector[\"']"
+            ),
+        ),
+        (
+            "serve-module-path",
+            "KVTransferConfig has kv_connector_module_path (how hs-connectors' connectors load)",
+            lambda t: t.text_has("vllm.config.kv_transfer", r"^\s+kv_connector_module_path\s*:"),
+        ),
     ]
 
 
@@ -115,16 +129,24 @@ def _params(fn: ast.FunctionDef) -> list[str]:
 
 
 def _is_abstract(fn) -> bool:
-    return any((isinstance(d, ast.Name) and d.id == "abstractmethod") or
-               (isinstance(d, ast.Attribute) and d.attr == "abstractmethod") for d in fn.decorator_list)
+    return any(
+        (isinstance(d, ast.Name) and d.id == "abstractmethod")
+        or (isinstance(d, ast.Attribute) and d.attr == "abstractmethod")
+        for d in fn.decorator_list
+    )
 
 
 def connector_needs(surface: dict) -> list[tuple[str, str, callable]]:
     needs = []
     for ref in surface["vllm_imports"]:
         module, name = ref.split(":")
-        needs.append((f"import {ref}", f"hs-connectors imports {name} from {module}",
-                      lambda t, m=module, n=name: t.has_name(m, n)))
+        needs.append(
+            (
+                f"import {ref}",
+                f"hs-connectors imports {name} from {module}",
+                lambda t, m=module, n=name: t.has_name(m, n),
+            )
+        )
     for mod_name, mod in surface["modules"].items():
         imports = mod["imports"]
         for cls_name, cls in mod.get("classes", {}).items():
@@ -137,11 +159,16 @@ def connector_needs(surface: dict) -> list[tuple[str, str, callable]]:
                 if attr:  # `_mod.Class` where `_mod` is an imported vLLM module
                     module, name = f"{module}.{name}", attr
                 ours = set(cls["methods"])
-                needs.append((f"subclass {cls_name}({name})",
-                              f"{mod_name}.{cls_name}: its private overrides exist in {name} with the same "
-                              f"parameters, and it implements {name}'s abstract methods",
-                              lambda t, other=None, cand=True, m=module, n=name, o=ours:
-                              _subclass_holds(t, m, n, o, other, cand)))
+                needs.append(
+                    (
+                        f"subclass {cls_name}({name})",
+                        f"{mod_name}.{cls_name}: its private overrides exist in {name} with the same "
+                        f"parameters, and it implements {name}'s abstract methods",
+                        lambda t, other=None, cand=True, m=module, n=name, o=ours: _subclass_holds(
+                            t, m, n, o, other, cand
+                        ),
+                    )
+                )
     return needs
 
 
@@ -154,8 +181,9 @@ def _methods(tree: Tree | None, module: str, name: str):
     return path, cls, {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
-def _subclass_holds(tree: Tree, module: str, name: str, ours: set[str], other: Tree | None = None,
-                    candidate: bool = True) -> tuple[bool, str]:
+def _subclass_holds(
+    tree: Tree, module: str, name: str, ours: set[str], other: Tree | None = None, candidate: bool = True
+) -> tuple[bool, str]:
     """`tree`'s base class against the subclass: a private method of the subclass is an override where the base
     defines it on either side read (`other`: the gate's other tree); on the candidate side the base must define it
     with the parameters it has on the other side. The base's abstract methods must all be implemented."""
@@ -170,10 +198,14 @@ def _subclass_holds(tree: Tree, module: str, name: str, ours: set[str], other: T
     gone = [m for m in overrides if m not in theirs]
     if gone:
         return False, f"{name} ({where}) defines no {', '.join(gone)}, which the subclass overrides"
-    changed = [m for m in overrides if candidate and m in other_methods and _params(other_methods[m]) != _params(theirs[m])]
+    changed = [
+        m for m in overrides if candidate and m in other_methods and _params(other_methods[m]) != _params(theirs[m])
+    ]
     if changed:
-        return False, (f"{name}.{changed[0]} ({where}) takes ({', '.join(_params(theirs[changed[0]]))}) here, "
-                       f"({', '.join(_params(other_methods[changed[0]]))}) on the other side")
+        return False, (
+            f"{name}.{changed[0]} ({where}) takes ({', '.join(_params(theirs[changed[0]]))}) here, "
+            f"({', '.join(_params(other_methods[changed[0]]))}) on the other side"
+        )
     abstract = sorted(m for m, fn in theirs.items() if _is_abstract(fn) and m not in ours)
     if abstract:
         return False, f"{name} ({where}) has abstract {', '.join(abstract)}, which the subclass does not implement"

@@ -32,8 +32,13 @@ from harness.vllm_source.facts import RUNTIME, Fact
 
 FIXTURE = FIXTURES / "surfaces" / "harness-shims.json"
 #: The harness code that touches vLLM at run time, relative to the repository root.
-SOURCES = ("harness/contracts/*.py", "harness/runtime/worker.py", "harness/runtime/executor_view.py",
-           "harness/installed/row_order.py", "harness/runtime/transport.py")
+SOURCES = (
+    "harness/contracts/*.py",
+    "harness/runtime/worker.py",
+    "harness/runtime/executor_view.py",
+    "harness/installed/row_order.py",
+    "harness/runtime/transport.py",
+)
 MODULE_NAME = re.compile(r"^vllm(\.\w+)+$")
 KIND = "shim-surface-removed"
 
@@ -65,8 +70,11 @@ def _entries(tree: ast.Module, rel: str) -> list[dict]:
             inner = node.name if where == "<module>" else f"{where}.{node.name}"
             if not isinstance(node, ast.ClassDef):
                 calls = {ast.unparse(n.func).rsplit(".", 1)[-1] for n in ast.walk(node) if isinstance(n, ast.Call)}
-                modules = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant)
-                           and isinstance(n.value, str) and MODULE_NAME.match(n.value)]
+                modules = [
+                    n.value
+                    for n in ast.walk(node)
+                    if isinstance(n, ast.Constant) and isinstance(n.value, str) and MODULE_NAME.match(n.value)
+                ]
                 if "import_module" in calls and modules:
                     add("module", "|".join(dict.fromkeys(modules)), inner)
             for child in ast.iter_child_nodes(node):
@@ -83,8 +91,11 @@ def _entries(tree: ast.Module, rel: str) -> list[dict]:
             first = node.args[0] if node.args else None
             if isinstance(first, ast.Constant) and isinstance(first.value, str) and not first.value.startswith("_"):
                 add("rpc", first.value, where, args=_positional(node))
-        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
-              and node.value.attr == "model_runner"):
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "model_runner"
+        ):
             add("runner", node.attr, where)
         for child in ast.iter_child_nodes(node):
             visit(child, where)
@@ -117,8 +128,11 @@ def derive(root: Path = SOURCE_ROOT) -> dict:
             sent = [n for n in (unique[key].get("args"), e["args"]) if n is not None]
             e = {**e, "args": max(sent) if len(sent) == 2 else None}
         unique[key] = e
-    return {"generated_by": "harness.vllm_source.shim_surface.derive", "sources": list(SOURCES),
-            "entries": [unique[k] for k in sorted(unique)]}
+    return {
+        "generated_by": "harness.vllm_source.shim_surface.derive",
+        "sources": list(SOURCES),
+        "entries": [unique[k] for k in sorted(unique)],
+    }
 
 
 def write(path: Path = FIXTURE) -> Path:
@@ -138,8 +152,14 @@ def _required_positional(root: Path, where: str) -> int | None:
     from harness.vllm_source.tree import _parse
 
     rel, _, line = where.rpartition(":")
-    node = next((n for n in ast.walk(_parse(str(root / rel))) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and n.lineno == int(line)), None)
+    node = next(
+        (
+            n
+            for n in ast.walk(_parse(str(root / rel)))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno == int(line)
+        ),
+        None,
+    )
     if node is None:
         return None
     positional = [*node.args.posonlyargs, *node.args.args][1:]
@@ -169,24 +189,54 @@ def facts(tree, entries: list[dict]) -> list[Fact]:
             where = tree.module_file(module)
             obj = tree.lookup(f"{module}.{attr}") if (where and attr) else None
             if where is not None and (not attr or obj is not None):
-                out.append(Fact(contract, symbol, "shim-import", "importable", True,
-                                evidence=tree.where(obj) if obj is not None else f"{where.relative_to(root)}:1",
-                                site=site))
+                out.append(
+                    Fact(
+                        contract,
+                        symbol,
+                        "shim-import",
+                        "importable",
+                        True,
+                        evidence=tree.where(obj) if obj is not None else f"{where.relative_to(root)}:1",
+                        site=site,
+                    )
+                )
             elif where is not None and attr and not tree.settled:
                 out.append(Fact(contract, symbol, "shim-import", "pending", None, site=site))
             else:
                 gone = "module gone" if where is None else f"{attr} not in {module}"
-                out.append(Fact(contract, symbol, "shim-import", gone, False, KIND,
-                                evidence=f"{module.replace('.', '/')}.py" + ("" if where else " (no such module)"),
-                                site=site, detail={"why": why}))
+                out.append(
+                    Fact(
+                        contract,
+                        symbol,
+                        "shim-import",
+                        gone,
+                        False,
+                        KIND,
+                        evidence=f"{module.replace('.', '/')}.py" + ("" if where else " (no such module)"),
+                        site=site,
+                        detail={"why": why},
+                    )
+                )
         elif kind == "module":
             options = name.split("|")
             present = [m for m in options if tree.module_file(m) is not None]
-            out.append(Fact(contract, symbol, "shim-module", f"{present[0]} present" if present else "all gone",
-                            bool(present), KIND,
-                            evidence=(f"{tree.module_file(present[0]).relative_to(root)}:1" if present
-                                      else f"{options[0].replace('.', '/')}.py (no such module)"),
-                            site=site, detail={"why": why}))
+            out.append(
+                Fact(
+                    contract,
+                    symbol,
+                    "shim-module",
+                    f"{present[0]} present" if present else "all gone",
+                    bool(present),
+                    KIND,
+                    evidence=(
+                        f"{tree.module_file(present[0]).relative_to(root)}:1"
+                        if present
+                        else f"{options[0].replace('.', '/')}.py (no such module)"
+                    ),
+                    site=site,
+                    detail={"why": why},
+                )
+            )
         elif kind == "rpc":
             having = [c for c in worker_classes if c.exists and name in c.attributes]
             absent = [c for c in worker_classes if c.exists and name not in c.attributes]
@@ -194,33 +244,72 @@ def facts(tree, entries: list[dict]) -> list[Fact]:
                 out.append(Fact(contract, symbol, "shim-rpc", "no worker class in these sources", None, site=site))
                 continue
             if not having and name not in engine_calls(tree):
-                out.append(Fact(contract, symbol, "shim-rpc", "absent, and EngineCore's set-up never calls it: the "
-                                "feature the shim serves is not in this vLLM (the shim is selected only where it is)",
-                                True, evidence=f"{absent[0].file}:{absent[0].line}", site=site))
+                out.append(
+                    Fact(
+                        contract,
+                        symbol,
+                        "shim-rpc",
+                        "absent, and EngineCore's set-up never calls it: the "
+                        "feature the shim serves is not in this vLLM (the shim is selected only where it is)",
+                        True,
+                        evidence=f"{absent[0].file}:{absent[0].line}",
+                        site=site,
+                    )
+                )
                 continue
             required = _required_positional(root, having[0].attributes[name]) if having else None
             if not absent and required is not None and e.get("args") is not None and required > e["args"]:
-                out.append(Fact(contract, symbol, "shim-rpc", f"takes {required} positional argument(s), the shim "
-                                f"sends {e['args']}", False, KIND, evidence=having[0].attributes[name], site=site,
-                                detail={"why": f"shim no longer applies: {site} calls {symbol} with {e['args']} "
-                                               f"argument(s) and this version's method requires {required}"}))
+                out.append(
+                    Fact(
+                        contract,
+                        symbol,
+                        "shim-rpc",
+                        f"takes {required} positional argument(s), the shim sends {e['args']}",
+                        False,
+                        KIND,
+                        evidence=having[0].attributes[name],
+                        site=site,
+                        detail={
+                            "why": f"shim no longer applies: {site} calls {symbol} with {e['args']} "
+                            f"argument(s) and this version's method requires {required}"
+                        },
+                    )
+                )
                 continue
-            out.append(Fact(contract, symbol, "shim-rpc",
-                            "defined" if not absent else f"absent from {', '.join(runners.describe(c) for c in absent)}",
-                            not absent, KIND,
-                            evidence=having[0].attributes[name] if having else f"{absent[0].file}:{absent[0].line}",
-                            site=site, detail={"why": why}))
+            out.append(
+                Fact(
+                    contract,
+                    symbol,
+                    "shim-rpc",
+                    "defined" if not absent else f"absent from {', '.join(runners.describe(c) for c in absent)}",
+                    not absent,
+                    KIND,
+                    evidence=having[0].attributes[name] if having else f"{absent[0].file}:{absent[0].line}",
+                    site=site,
+                    detail={"why": why},
+                )
+            )
         elif kind == "runner":
             built = [r for w in workers.values() for r in w.defaults]
             if not built:
-                out.append(Fact(contract, symbol, "shim-runner", "no runner built by a worker was read", None,
-                                site=site))
+                out.append(
+                    Fact(contract, symbol, "shim-runner", "no runner built by a worker was read", None, site=site)
+                )
                 continue
             absent = [r for r in built if name not in r.attributes]
-            out.append(Fact(contract, symbol, "shim-runner",
-                            "on every runner the workers build" if not absent
-                            else f"absent from {', '.join(runners.describe(r) for r in absent)}",
-                            not absent, KIND, evidence=(f"{absent[0].file}:{absent[0].line}" if absent
-                                                         else built[0].attributes[name]),
-                            site=site, detail={"why": why}))
+            out.append(
+                Fact(
+                    contract,
+                    symbol,
+                    "shim-runner",
+                    "on every runner the workers build"
+                    if not absent
+                    else f"absent from {', '.join(runners.describe(r) for r in absent)}",
+                    not absent,
+                    KIND,
+                    evidence=(f"{absent[0].file}:{absent[0].line}" if absent else built[0].attributes[name]),
+                    site=site,
+                    detail={"why": why},
+                )
+            )
     return out

@@ -77,9 +77,14 @@ class Tree:
                     if not link.exists():
                         link.parent.mkdir(parents=True, exist_ok=True)
                         os.symlink(f, link)
-            self.top = griffe.load(PACKAGE, search_paths=[self._farm], modules_collection=griffe.ModulesCollection(),
-                                   lines_collection=griffe.LinesCollection(), allow_inspection=False,
-                                   resolve_aliases=False)
+            self.top = griffe.load(
+                PACKAGE,
+                search_paths=[self._farm],
+                modules_collection=griffe.ModulesCollection(),
+                lines_collection=griffe.LinesCollection(),
+                allow_inspection=False,
+                resolve_aliases=False,
+            )
         except (griffe.LoadingError, SyntaxError, OSError, ModuleNotFoundError) as exc:
             self.close()
             raise TreeError(f"griffe could not load {self.root}: {exc}") from exc
@@ -191,8 +196,13 @@ class Tree:
         f = self.module_file(module)
         if f is None:
             return []
-        return sorted({n.lineno for n in ast.walk(_parse(str(f))) if isinstance(n, ast.Constant)
-                       and isinstance(n.value, str) and needle in n.value})
+        return sorted(
+            {
+                n.lineno
+                for n in ast.walk(_parse(str(f)))
+                if isinstance(n, ast.Constant) and isinstance(n.value, str) and needle in n.value
+            }
+        )
 
     def find_definitions(self, name: str) -> list[str]:
         """Modules that define `name` at top level (def, class or assignment), found by reading every file."""
@@ -237,10 +247,22 @@ class Tree:
     def _function_signature(self, fn, bound: bool) -> Signature:
         node = self.node(fn)
         lines = {a.arg: a.lineno for a in ast.walk(node) if isinstance(a, ast.arg)} if node else {}
-        kinds = {"positional-only": "positional-only", "positional or keyword": "positional",
-                 "keyword-only": "keyword-only", "variadic positional": "*args", "variadic keyword": "**kwargs"}
-        params = [Param(p.name, kinds[p.kind.value], p.default is None and p.kind.value not in
-                        ("variadic positional", "variadic keyword"), lines.get(p.name)) for p in fn.parameters]
+        kinds = {
+            "positional-only": "positional-only",
+            "positional or keyword": "positional",
+            "keyword-only": "keyword-only",
+            "variadic positional": "*args",
+            "variadic keyword": "**kwargs",
+        }
+        params = [
+            Param(
+                p.name,
+                kinds[p.kind.value],
+                p.default is None and p.kind.value not in ("variadic positional", "variadic keyword"),
+                lines.get(p.name),
+            )
+            for p in fn.parameters
+        ]
         is_method = fn.parent is not None and fn.parent.is_class and "staticmethod" not in fn.labels
         drops_first = bound or "classmethod" in fn.labels or fn.name == "__init__"
         if drops_first and is_method and params and params[0].kind in ("positional-only", "positional"):
@@ -252,8 +274,11 @@ class Tree:
 
     def _dataclass_like(self, cls) -> bool:
         decorators = {str(d.value).split("(")[0].rsplit(".", 1)[-1] for d in cls.decorators}
-        return bool(decorators & set(self.DATACLASS_DECORATORS)) or "dataclass" in cls.labels or bool(
-            self.base_names(cls) & set(self.STRUCT_BASES))
+        return (
+            bool(decorators & set(self.DATACLASS_DECORATORS))
+            or "dataclass" in cls.labels
+            or bool(self.base_names(cls) & set(self.STRUCT_BASES))
+        )
 
     def _field_signature(self, cls) -> Signature:
         """Constructor of a dataclass, pydantic dataclass, vLLM @config class or msgspec Struct: its fields.
@@ -281,7 +306,7 @@ class Tree:
         for n in ast.walk(node) if node else ():
             targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
             for t in targets:
-                for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+                for e in t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]:
                     if isinstance(e, ast.Attribute) and getattr(e.value, "id", None) == "self":
                         found.setdefault(e.attr, e.lineno)
         return found
@@ -357,8 +382,9 @@ def _definitions(root: str, name: str) -> list[str]:
 
 @lru_cache(maxsize=64)
 def _definitions_in(root: str, name: str) -> list[str]:
-    pattern = re.compile(rf"^(?:(?:async\s+)?def|class)\s+{re.escape(name)}\b|^{re.escape(name)}\s*(?::[^=\n]*)?=",
-                         re.MULTILINE)
+    pattern = re.compile(
+        rf"^(?:(?:async\s+)?def|class)\s+{re.escape(name)}\b|^{re.escape(name)}\s*(?::[^=\n]*)?=", re.MULTILINE
+    )
     base = Path(root)
     found = []
     for f in sorted(base.joinpath(PACKAGE).rglob("*.py")):

@@ -99,7 +99,8 @@ def load(speculators: str = DEFAULT_SPECULATORS, path: Path | None = None) -> Us
     if not path.is_file():
         raise SurfaceUnavailable(
             f"no used-surface fixture {path}; generate it with speculators {speculators} installed "
-            f"(`python -m harness gate --regenerate-surface ...`)")
+            f"(`python -m harness gate --regenerate-surface ...`)"
+        )
     data = json.loads(path.read_text())
     used = UsedSurface(data["speculators"], path)
     for module, s in sorted(data["modules"].items()):
@@ -107,6 +108,7 @@ def load(speculators: str = DEFAULT_SPECULATORS, path: Path | None = None) -> Us
         used.bindings[module] = dict(s.get("bindings", {}))
         used.attributes[module] = list(s["attributes"])
         used.rpc_methods += s["rpc_methods"]
-        used.calls += [Call(module, c["callee"], tuple(c["keywords"]), c["n_positional"], c["line"])
-                       for c in s["calls"]]
+        used.calls += [
+            Call(module, c["callee"], tuple(c["keywords"]), c["n_positional"], c["line"]) for c in s["calls"]
+        ]
     return used

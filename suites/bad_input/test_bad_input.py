@@ -48,8 +48,13 @@ def test_layer_id_out_of_range(layer_ids, runs):
         HarnessGenerator(runs(LLAMA).model.path, layer_ids)
 
 
-@pytest.mark.parametrize("states_on, says", [("gpu", r"states_on must be one of host, device, got 'gpu'"),
-                                             ("device", r"states_on='device' needs vLLM on CUDA; this vLLM runs on")])
+@pytest.mark.parametrize(
+    "states_on, says",
+    [
+        ("gpu", r"states_on must be one of host, device, got 'gpu'"),
+        ("device", r"states_on='device' needs vLLM on CUDA; this vLLM runs on"),
+    ],
+)
 def test_states_on_a_device_this_vllm_lacks_is_refused_before_start(states_on, says, runs):
     path = runs(LLAMA).model.path
     t0 = time.monotonic()
@@ -128,8 +133,9 @@ def test_hung_worker_times_out_and_executor_is_shut_down(runs):
 def test_vllm_version_without_expectations(tmp_path):
     """The CLI refuses to judge a vLLM it has no expectations for, and says which ones it has."""
     env = {**os.environ, "HARNESS_EXPECTATIONS_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "harness", "expectations"], capture_output=True, text=True, env=env,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "expectations"], capture_output=True, text=True, env=env, timeout=300
+    )
     assert out.returncode == 2, out.stdout + out.stderr
     assert "no expectations for vLLM" in out.stderr and "have: none" in out.stderr
 
@@ -147,18 +153,43 @@ def _observed_run():
             draft = tmp / "reports" / "observed-x.expectations-draft.toml"
 
             def harness_run(run_env: dict) -> subprocess.CompletedProcess:
-                return subprocess.run([sys.executable, "-m", "harness", "run", "--env", "observed-x", "--",
-                                       "--harness-report-dir", str(tmp / "reports"), "-k", "test_contract and schedcfg"],
-                                      capture_output=True, text=True, env=run_env, timeout=600)
+                return subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "harness",
+                        "run",
+                        "--env",
+                        "observed-x",
+                        "--",
+                        "--harness-report-dir",
+                        str(tmp / "reports"),
+                        "-k",
+                        "test_contract and schedcfg",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    env=run_env,
+                    timeout=600,
+                )
 
             out = harness_run({**env, "HARNESS_EXPECTATIONS_DIR": str(tmp / "none")})
-            got = {"rc": out.returncode, "stdout": out.stdout, "stderr": out.stderr,
-                   "report": _read(tmp / "reports" / "observed-x.json"), "draft": _read(draft)}
+            got = {
+                "rc": out.returncode,
+                "stdout": out.stdout,
+                "stderr": out.stderr,
+                "report": _read(tmp / "reports" / "observed-x.json"),
+                "draft": _read(draft),
+            }
             # The same run, judged by the committed expectations: the observation's draft is spent.
             judged = harness_run(env)
-            got["judged"] = {"rc": judged.returncode, "out": judged.stdout[-1500:] + judged.stderr[-1500:],
-                             "draft_left": draft.exists()}
+            got["judged"] = {
+                "rc": judged.returncode,
+                "out": judged.stdout[-1500:] + judged.stderr[-1500:],
+                "draft_left": draft.exists(),
+            }
             return got
+
     return child
 
 
@@ -192,23 +223,41 @@ def test_a_judged_run_removes_the_spent_draft():
 
 def test_strict_refuses_a_vllm_without_expectations(tmp_path):
     env = {**os.environ, "HARNESS_EXPECTATIONS_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "harness", "run", "--strict", "--env", "strict-x", "--",
-                          "--harness-report-dir", str(tmp_path / "reports")], capture_output=True, text=True, env=env,
-                         timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--strict",
+            "--env",
+            "strict-x",
+            "--",
+            "--harness-report-dir",
+            str(tmp_path / "reports"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 2 and len(lines) == 1 and "no expectations for vLLM" in lines[0], out.stderr[-1500:]
     assert not (tmp_path / "reports").exists()
 
 
-@pytest.mark.parametrize("batch,says", [
-    ([[5, 6.7, 7]], r"prompt 0 has token ids that are not ints: \[6.7\] \(float\)"),
-    ([[5, "6", 7]], r"prompt 0 has token ids that are not ints: \['6'\] \(str\)"),
-    ([[5, True, 7]], r"prompt 0 has token ids that are not ints: \[True\] \(bool\)"),
-    ([[5, float("nan")]], r"prompt 0 has token ids that are not ints: \[nan\] \(float\)"),
-    ([5, 6, 7], r"got a flat list of ints: wrap a single prompt as \[ids\]"),
-    ("5 6 7", r"token ids must be a list of prompts \(lists of ints\), got str"),
-    ([["5 6 7"][0]], r"prompt 0 must be a list of ints, got str"),
-])
+@pytest.mark.parametrize(
+    "batch,says",
+    [
+        ([[5, 6.7, 7]], r"prompt 0 has token ids that are not ints: \[6.7\] \(float\)"),
+        ([[5, "6", 7]], r"prompt 0 has token ids that are not ints: \['6'\] \(str\)"),
+        ([[5, True, 7]], r"prompt 0 has token ids that are not ints: \[True\] \(bool\)"),
+        ([[5, float("nan")]], r"prompt 0 has token ids that are not ints: \[nan\] \(float\)"),
+        ([5, 6, 7], r"got a flat list of ints: wrap a single prompt as \[ids\]"),
+        ("5 6 7", r"token ids must be a list of prompts \(lists of ints\), got str"),
+        ([["5 6 7"][0]], r"prompt 0 must be a list of ints, got str"),
+    ],
+)
 def test_token_ids_must_be_ints(batch, says, runs):
     """Only ints reach vLLM: 6.7, "6" and True were silently coerced to 6, 6 and 1."""
     gen = runs(LLAMA).generator
@@ -231,9 +280,23 @@ def _run_cli(tmp_path, text: str, observe: bool) -> subprocess.CompletedProcess:
 
     (tmp_path / f"vllm-{versions.vllm_version()}-{versions.device_type()}.toml").write_text(text)
     env = {**os.environ, "HARNESS_EXPECTATIONS_DIR": str(tmp_path), "HARNESS_OBSERVE": "1" if observe else "0"}
-    return subprocess.run([sys.executable, "-m", "harness", "run", "--env", "bad-exp", "--",
-                           "--harness-report-dir", str(tmp_path / "reports")], capture_output=True, text=True,
-                          env=env, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--env",
+            "bad-exp",
+            "--",
+            "--harness-report-dir",
+            str(tmp_path / "reports"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("observe", [False, True], ids=["strict", "observe"])
@@ -242,7 +305,9 @@ def test_malformed_expectations_file_is_one_line_exit_2(tmp_path, observe):
     out = _run_cli(tmp_path, '[contracts]\nsched = { outcome = "native", reason = "x" }\nrpc = { outcome = \n', observe)
     assert out.returncode == 2, out.stdout[-500:] + out.stderr[-2000:]
     lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("harness: ") and ".toml:3:" in lines[0] and "not valid TOML" in lines[0]
+    assert (
+        len(lines) == 1 and lines[0].startswith("harness: ") and ".toml:3:" in lines[0] and "not valid TOML" in lines[0]
+    )
     assert not (tmp_path / "reports").exists(), "a report was written for a run that was refused"
 
 
@@ -281,9 +346,26 @@ def _sigterm_run():
             reports = Path(tmp) / "reports"
             reports.mkdir()
             (reports / "sigterm.json").write_text(json.dumps(_COMPLETE))
-            proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--env", "sigterm", "--suite", "suites/e2e",
-                                     "--", "-q", "--harness-report-dir", str(reports)],
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job_env)
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "harness",
+                    "run",
+                    "--env",
+                    "sigterm",
+                    "--suite",
+                    "suites/e2e",
+                    "--",
+                    "-q",
+                    "--harness-report-dir",
+                    str(reports),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=job_env,
+            )
             out, took, family = "", None, []
             try:
                 deadline = time.monotonic() + 240
@@ -306,8 +388,16 @@ def _sigterm_run():
                     out += proc.communicate()[0] or ""
             gone, alive = psutil.wait_procs(family, timeout=10)
             alive = [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-            return {"interrupted": took is not None, "took": took, "rc": proc.returncode, "out": out, "alive": alive,
-                    "complete": _read(reports / "sigterm.json"), "incomplete": _read(reports / "sigterm.incomplete.json")}
+            return {
+                "interrupted": took is not None,
+                "took": took,
+                "rc": proc.returncode,
+                "out": out,
+                "alive": alive,
+                "complete": _read(reports / "sigterm.json"),
+                "incomplete": _read(reports / "sigterm.incomplete.json"),
+            }
+
     return child
 
 
@@ -332,8 +422,13 @@ def test_an_env_name_that_is_not_the_installed_vllm_s_is_refused():
     """`harness run --env <name>` files its report as reports/<name>.*: a name that is no env of the installed vLLM
     would run the whole suite and write a report nothing reads (or file it under another build): refused at once."""
     before = sorted(p.name for p in (REPO_ROOT / "reports").iterdir())
-    out = subprocess.run([sys.executable, "-m", "harness", "run", "--env", "nonexistent"], capture_output=True,
-                         text=True, timeout=120, cwd=REPO_ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--env", "nonexistent"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
     assert out.returncode == 2, out.stdout + out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "--env nonexistent is no env of fixtures/envs/matrix.toml" in lines[0], out.stderr

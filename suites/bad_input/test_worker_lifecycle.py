@@ -32,8 +32,9 @@ def test_worker_killed_mid_generate_is_named_and_sticks(runs):
 
     # float32, as every CPU run of the tiny models: vLLM 0.34's CPU default for them is bfloat16, whose kernels
     # in the source-built 0.34 kill the worker with SIGILL here (a signal this test must not mistake for its own).
-    gen = HarnessGenerator(runs(LLAMA).model.path, [1], max_model_len=256, options=options_for(runs(LLAMA).model,
-                                                                                              dtype="float32"))
+    gen = HarnessGenerator(
+        runs(LLAMA).model.path, [1], max_model_len=256, options=options_for(runs(LLAMA).model, dtype="float32")
+    )
     # Held from the start: once destroyed, nothing else keeps the contexts, and a weak set forgets collected ones.
     tracked = list(gen.state.zmq_contexts)
     seen: list[str] = []
@@ -72,7 +73,7 @@ def test_worker_killed_mid_generate_is_named_and_sticks(runs):
 
 # vLLM's writer message queue, in a reference cycle as the executor's objects are after a failed start; then
 # a garbage collection. argv[1]: "destroy" first destroys the contexts the harness tracked, "keep" does not.
-_MQ_SCRIPT = '''
+_MQ_SCRIPT = """
 import gc, sys, weakref
 from vllm.distributed.device_communicators.shm_broadcast import MessageQueue
 from harness.runtime import zmq_contexts
@@ -88,7 +89,7 @@ if sys.argv[1] == "destroy":
 del mq
 gc.collect()
 print("collected", flush=True)
-'''
+"""
 
 
 #: How long after vLLM's queue exists its collection may take before it counts as hung (it takes milliseconds
@@ -100,8 +101,14 @@ def _start_mq(mode: str, env: dict):
     """The script in a child interpreter; a reader thread keeps its output and notes when the queue exists."""
     import threading
 
-    proc = subprocess.Popen([sys.executable, "-c", _MQ_SCRIPT, mode], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _MQ_SCRIPT, mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
     lines, tracked = [], threading.Event()
 
     def read():
@@ -166,6 +173,7 @@ def _zmq_collector():
     def children() -> tuple:
         destroy, keep = _start_mq("destroy", job_env), _start_mq("keep", job_env)
         return _finish_mq(destroy, 60), _finish_mq(keep, HANG_S)
+
     return children
 
 
@@ -176,6 +184,10 @@ def test_executor_zmq_contexts_never_hang_the_collector(record_note):
     shutdown, collection is immediate. The hazard itself is recorded (vLLM may fix its leak one day). The
     time allowed counts from when the queue exists, not from the imports."""
     (finished, out), (kept_finished, kept_out) = ahead.result("zmq-collector")
-    assert finished and "tracked 1" in out and "collected" in out, f"collection after destroy did not finish: {out[-500:]}"
-    record_note("zmq context of vLLM's MessageQueue left to the collector: "
-                + ("collected" if kept_finished and "collected" in kept_out else f"collection hung (> {HANG_S} s)"))
+    assert finished and "tracked 1" in out and "collected" in out, (
+        f"collection after destroy did not finish: {out[-500:]}"
+    )
+    record_note(
+        "zmq context of vLLM's MessageQueue left to the collector: "
+        + ("collected" if kept_finished and "collected" in kept_out else f"collection hung (> {HANG_S} s)")
+    )

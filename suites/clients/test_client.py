@@ -64,8 +64,7 @@ def test_clients_agree_with_ours(name, record_e2e, record_observation, expectati
         not_applicable(na)
     rep = server_check.run(name)
     model = models.build(name)
-    chunked = nx.probe_chunked_prefill(model, map_layer_ids(rep["native_ids"], model.num_layers,
-                                                          to="speculators"))
+    chunked = nx.probe_chunked_prefill(model, map_layer_ids(rep["native_ids"], model.num_layers, to="speculators"))
     failures = []
     for obs in cc.observe_model(rep, chunked):
         record_observation(obs, hold=False)  # every row recorded before any is held
@@ -76,9 +75,24 @@ def test_clients_agree_with_ours(name, record_e2e, record_observation, expectati
     for v in CLIENTS:
         res = rep["clients"][v]
         said = f"{res['verdict']} ({res.get('tolerance', 'no comparison')}; {(rep.get('serve') or {}).get('writer', 'server did not start')})"
-        record_e2e(client_row(name, v), _check(v), "pass" if res["agrees"] else "fail", said,
-                   **{k: res[k] for k in ("per_native_id", "last_layer_is_final_output", "waited_on_lock",
-                                          "lock_left_behind", "returned_key") if k in res}, native_ids=rep["native_ids"])
+        record_e2e(
+            client_row(name, v),
+            _check(v),
+            "pass" if res["agrees"] else "fail",
+            said,
+            **{
+                k: res[k]
+                for k in (
+                    "per_native_id",
+                    "last_layer_is_final_output",
+                    "waited_on_lock",
+                    "lock_left_behind",
+                    "returned_key",
+                )
+                if k in res
+            },
+            native_ids=rep["native_ids"],
+        )
         try:
             numerics_expected(client_row(name, v), res["agrees"], said)
         except (AssertionError, pytest.fail.Exception) as e:

@@ -41,6 +41,7 @@ def _theirs():
             out = second_client.run_child(tree, model.path, layers, prompts, Path(tmp) / "spec040.pt", base_env=job_env)
             data = out.read_bytes()  # loaded by the test (torch in the main thread), after the folder is gone
         return {"applies": True, "why": why, "tree": str(tree), "layers": layers, "prompts": prompts, "theirs": data}
+
     return child
 
 
@@ -52,13 +53,23 @@ def test_speculators_040_matches_ours(runs, record_e2e):
         not_applicable(job["why"])
     run = runs(MODEL)
     layers, prompts, theirs = job["layers"], job["prompts"], second_client.load(job["theirs"])
-    assert layers == sorted(set(run.generator.layer_ids)), "the child ran other layers than the shared generator captures"
+    assert layers == sorted(set(run.generator.layer_ids)), (
+        "the child ran other layers than the shared generator captures"
+    )
     assert theirs["speculators_file"].startswith(job["tree"]), "the child did not run speculators 0.4.0"
     ours = run.generator.generate(prompts)
     order = run.generator.layer_ids
-    d = max(float((ours_r["hidden_states"][order.index(k)].float() - t[i]).abs().max())
-            for ours_r, t in zip(ours, theirs["hidden_states"], strict=True) for i, k in enumerate(layers))
+    d = max(
+        float((ours_r["hidden_states"][order.index(k)].float() - t[i]).abs().max())
+        for ours_r, t in zip(ours, theirs["hidden_states"], strict=True)
+        for i, k in enumerate(layers)
+    )
     assert theirs["input_ids"] == prompts
-    record_e2e(MODEL, "speculators 0.4.0 (second client) agrees", "pass" if d <= TOL else "fail",
-               f"max abs diff {d:.2e} over {sum(map(len, prompts))} tokens, layers {layers} ({job['why']})", max_abs_diff=d)
+    record_e2e(
+        MODEL,
+        "speculators 0.4.0 (second client) agrees",
+        "pass" if d <= TOL else "fail",
+        f"max abs diff {d:.2e} over {sum(map(len, prompts))} tokens, layers {layers} ({job['why']})",
+        max_abs_diff=d,
+    )
     assert d <= TOL

@@ -48,8 +48,11 @@ def test_a_server_that_dies_before_it_is_ready_names_vllm_s_error(llama, tmp_pat
     """Where the native path cannot run here (no export in this vLLM, or this build's runner refuses it), the
     server refuses the export's config and exits: that is the case, named by vLLM. Where it has one, a checkpoint folder whose architecture vLLM does not know is."""
     if not availability()[0]:
-        with pytest.raises(ServerDied, match=r"^vllm serve exited with exit code \d+ before it was ready: "
-                                             r".*(SpeculativeConfig|extract_hidden_states|validation error for VllmConfig)"):
+        with pytest.raises(
+            ServerDied,
+            match=r"^vllm serve exited with exit code \d+ before it was ready: "
+            r".*(SpeculativeConfig|extract_hidden_states|validation error for VllmConfig)",
+        ):
             VllmServer(llama.path, IDS, dtype="float32", ready_timeout_s=600)
         return
     bad = tmp_path / "not-a-model"

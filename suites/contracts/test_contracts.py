@@ -30,6 +30,8 @@ def test_mla_platform(name, runs, record_observation, expectations, record_note)
     run = runs(name)
     obs = run.unavailable(contracts.by_id()["mla"].CONTRACT) if run.absent else run.mla
     if obs.facts.get("ran_with_VLLM_MLA_DISABLE"):
-        record_note(f"{name}: MLA cannot run on this platform ({obs.unshimmed.text}); the run uses "
-                    "VLLM_MLA_DISABLE=1 (MLA expanded to multi-head attention over the same weights)")
+        record_note(
+            f"{name}: MLA cannot run on this platform ({obs.unshimmed.text}); the run uses "
+            "VLLM_MLA_DISABLE=1 (MLA expanded to multi-head attention over the same weights)"
+        )
     record_observation(obs)  # held to its expectation there

@@ -33,8 +33,9 @@ def _extract(name: str, disable: frozenset, calls: int = 2, run=None):
     from harness.testing.probe_context import MAX_MODEL_LEN
 
     model = models.build(name)
-    with HarnessGenerator(model.path, [1, 2], max_model_len=MAX_MODEL_LEN, disable=disable,
-                          options=options_for(model)) as gen:
+    with HarnessGenerator(
+        model.path, [1, 2], max_model_len=MAX_MODEL_LEN, disable=disable, options=options_for(model)
+    ) as gen:
         if run is not None:
             return run(gen)
         for _ in range(calls):
@@ -91,19 +92,26 @@ def test_shim_needed_and_sufficient(key, expectations, record_proof, record_note
         not_applicable(why)
     without = _without_shim(cid, name)
     if exp.outcome is Outcome.NATIVE:
-        record_proof(key, PROOF_NOT_NEEDED if without.ok else PROOF_FAILED, f"without {module.CONTRACT.shim}: {without.text}")
+        record_proof(
+            key, PROOF_NOT_NEEDED if without.ok else PROOF_FAILED, f"without {module.CONTRACT.shim}: {without.text}"
+        )
         assert without.ok, f"{key} is expected native, yet speculators fails without its shim: {without.text}"
         return
     documented = module.CONTRACT.documented(without)
     alone = _sufficient_alone(cid, name) if documented else None
     ok = documented and (alone is None or alone.ok)
-    record_proof(key, PROOF_NEEDED if ok else PROOF_FAILED,
-                 f"without {module.CONTRACT.shim}: {without.text}"
-                 + (f"; with it: {alone.text}" if alone is not None else "; with it: the end-to-end suite"))
+    record_proof(
+        key,
+        PROOF_NEEDED if ok else PROOF_FAILED,
+        f"without {module.CONTRACT.shim}: {without.text}"
+        + (f"; with it: {alone.text}" if alone is not None else "; with it: the end-to-end suite"),
+    )
     assert not without.ok, f"{key}: speculators works without shim {module.CONTRACT.shim}: the shim is not needed"
     assert documented, f"{key}: without its shim speculators fails, but not with the documented failure: {without.text}"
     assert alone is None or alone.ok, f"{key}: with its shim (the context shims left out) it still fails: {alone.text}"
-    record_note(f"shim proof {key}: without {module.CONTRACT.shim}: {without.text[:160]}")  # an Attempt's error is normalised already
+    record_note(
+        f"shim proof {key}: without {module.CONTRACT.shim}: {without.text[:160]}"
+    )  # an Attempt's error is normalised already
 
 
 def _start_with_mla_on(model) -> Attempt:
@@ -116,8 +124,11 @@ def _start_with_mla_on(model) -> Attempt:
     with tempfile.TemporaryFile(mode="w+") as log:
         try:
             with fdio.fds_to(log):
-                start, gen = Attempt.run(lambda: HarnessGenerator(model.path, [1], max_model_len=256,
-                                                                  options=options_for(model, dtype="float32")))
+                start, gen = Attempt.run(
+                    lambda: HarnessGenerator(
+                        model.path, [1], max_model_len=256, options=options_for(model, dtype="float32")
+                    )
+                )
         finally:
             if saved_env is not None:
                 os.environ[mla.ENV] = saved_env
@@ -127,6 +138,11 @@ def _start_with_mla_on(model) -> Attempt:
         worker_log = log.read()
     if start.ok:
         return start
-    documented = [line.strip() for line in worker_log.splitlines() if any(re.search(p, line) for p in mla.CONTRACT.failures)]
-    return Attempt.failed(start.error_type or "RuntimeError",
-                          (summarize(documented[-1], 300) + " (worker log)") if documented else start.error or "", **start.detail)
+    documented = [
+        line.strip() for line in worker_log.splitlines() if any(re.search(p, line) for p in mla.CONTRACT.failures)
+    ]
+    return Attempt.failed(
+        start.error_type or "RuntimeError",
+        (summarize(documented[-1], 300) + " (worker log)") if documented else start.error or "",
+        **start.detail,
+    )

@@ -20,7 +20,12 @@ def run(request, runs, record_e2e, expectations):
         not_applicable_if_declared_broken(expectations, r.model.name, r.failed.text)
         pytest.fail(f"the shimmed generator did not start on {r.model.name}: {r.failed.text}")
     if r.refused:
-        record_e2e(r.model.name, "states handed over (C-eagle3's admission: speculators' loop vs the model's own forward)", "fail", r.refused)
+        record_e2e(
+            r.model.name,
+            "states handed over (C-eagle3's admission: speculators' loop vs the model's own forward)",
+            "fail",
+            r.refused,
+        )
         not_applicable_if_declared_broken(expectations, r.model.name, r.refused)
         pytest.fail(f"the generator refuses {r.model.name}'s states: {r.refused}")
     return r

@@ -28,8 +28,11 @@ OFF_BY_ONE_MIN = 1e-2
 
 
 def max_diff(results, refs) -> float:
-    return max(float((h.float() - r).abs().max()) for res, ref in zip(results, refs, strict=True)
-               for h, r in zip(res["hidden_states"], ref, strict=True))
+    return max(
+        float((h.float() - r).abs().max())
+        for res, ref in zip(results, refs, strict=True)
+        for h, r in zip(res["hidden_states"], ref, strict=True)
+    )
 
 
 def test_batch_matches_transformers(run, record_e2e, numerics_expected):
@@ -46,15 +49,25 @@ def test_batch_matches_transformers(run, record_e2e, numerics_expected):
         assert res["input_ids"].tolist() == p
     ref = reference.hidden_states(model.path, batch, gen.layer_ids)
     d, tol = max_diff(results, ref), reference.tolerance(ref)
-    record_e2e(model.name, "vs transformers hidden_states[k+1], float32", "pass" if d <= tol else "fail",
-               f"max abs diff {d:.2e} (tolerance {tol:g}); layers {gen.layer_ids}", max_abs_diff=d)
+    record_e2e(
+        model.name,
+        "vs transformers hidden_states[k+1], float32",
+        "pass" if d <= tol else "fail",
+        f"max abs diff {d:.2e} (tolerance {tol:g}); layers {gen.layer_ids}",
+        max_abs_diff=d,
+    )
     numerics_expected(model.name, d <= tol, f"max abs diff {d:.2e} > {tol:g}")
     if d > tol:
         return  # expected broken here (checked above): the off-by-one guard needs correct numbers
 
     off = max_diff(results, reference.hidden_states(model.path, batch, gen.layer_ids, offset=0))
-    record_e2e(model.name, "off-by-one guard: vs hidden_states[k] must differ", "pass" if off > OFF_BY_ONE_MIN else "fail",
-               f"max abs diff {off:.3g} (must exceed {OFF_BY_ONE_MIN:g})", max_abs_diff=off)
+    record_e2e(
+        model.name,
+        "off-by-one guard: vs hidden_states[k] must differ",
+        "pass" if off > OFF_BY_ONE_MIN else "fail",
+        f"max abs diff {off:.3g} (must exceed {OFF_BY_ONE_MIN:g})",
+        max_abs_diff=off,
+    )
     assert off > OFF_BY_ONE_MIN, "the layer offset is not observable: the comparison would not catch an off-by-one"
 
 
@@ -65,9 +78,17 @@ def test_same_batch_twice_is_bitwise_equal_and_complete(run, record_e2e):
     second = run.generator.generate(batch)
     rows = [[int(h.shape[0]) for h in r["hidden_states"]] for r in second]
     assert rows == [[len(p)] * len(run.generator.layer_ids) for p in batch], "prefix cache ate rows"
-    equal = all(torch.equal(a, b) for r1, r2 in zip(first, second, strict=True) for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True))
-    record_e2e(run.model.name, "same batch twice: all rows, bitwise equal", "pass" if equal else "fail",
-               f"{sum(map(len, batch))} tokens x {len(run.generator.layer_ids)} layers")
+    equal = all(
+        torch.equal(a, b)
+        for r1, r2 in zip(first, second, strict=True)
+        for a, b in zip(r1["hidden_states"], r2["hidden_states"], strict=True)
+    )
+    record_e2e(
+        run.model.name,
+        "same batch twice: all rows, bitwise equal",
+        "pass" if equal else "fail",
+        f"{sum(map(len, batch))} tokens x {len(run.generator.layer_ids)} layers",
+    )
     assert equal
 
 
@@ -80,10 +101,18 @@ def test_many_prompts_over_several_scheduler_steps(run, record_e2e, numerics_exp
     ref = reference.hidden_states(model.path, batch, gen.layer_ids)
     d, tol = max_diff(results, ref), reference.tolerance(ref)
     tokens = sum(map(len, batch))
-    record_e2e(model.name, "40 prompts, several scheduler steps, vs transformers", "pass" if d <= tol else "fail",
-               f"{tokens} tokens; max abs diff {d:.2e}", max_abs_diff=d, tokens=tokens)
+    record_e2e(
+        model.name,
+        "40 prompts, several scheduler steps, vs transformers",
+        "pass" if d <= tol else "fail",
+        f"{tokens} tokens; max abs diff {d:.2e}",
+        max_abs_diff=d,
+        tokens=tokens,
+    )
     numerics_expected(model.name, d <= tol, f"max abs diff {d:.2e} > {tol:g}")
-    assert gen.executor_view.steps - steps_before >= 2, "the batch fit in one scheduler step: nothing multi-step was tested"
+    assert gen.executor_view.steps - steps_before >= 2, (
+        "the batch fit in one scheduler step: nothing multi-step was tested"
+    )
 
 
 def test_batch_several_times_the_step_budget(run, record_e2e, numerics_expected):
@@ -106,11 +135,19 @@ def test_batch_several_times_the_step_budget(run, record_e2e, numerics_expected)
     # admitting prompts instead of chunking one, so nothing straddles (seen for the MLA fixtures run as MHA on CPU).
     kv_tokens = int(gen.scheduler.kv_cache_config.num_blocks) * int(gen.vllm_config.cache_config.block_size)
     straddles = chunkedprefill.chunked(sc) and kv_tokens > budget + 350
-    record_e2e(model.name, "batch of 3x the step budget, prompts straddling steps, vs transformers",
-               "pass" if d <= tol else "fail", f"{len(batch)} prompts, {tokens} tokens, {steps} steps "
-               f"(budget {budget}, KV cache {kv_tokens} tokens), {kept} prompts continued across a step"
-               + ("" if straddles else " (the KV cache binds before the budget: no straddle possible here)")
-               + f"; max abs diff {d:.2e}", max_abs_diff=d, tokens=tokens, steps=steps, straddled=kept)
+    record_e2e(
+        model.name,
+        "batch of 3x the step budget, prompts straddling steps, vs transformers",
+        "pass" if d <= tol else "fail",
+        f"{len(batch)} prompts, {tokens} tokens, {steps} steps "
+        f"(budget {budget}, KV cache {kv_tokens} tokens), {kept} prompts continued across a step"
+        + ("" if straddles else " (the KV cache binds before the budget: no straddle possible here)")
+        + f"; max abs diff {d:.2e}",
+        max_abs_diff=d,
+        tokens=tokens,
+        steps=steps,
+        straddled=kept,
+    )
     assert tokens > 2 * budget and steps >= 3
     if straddles:
         assert kept > 0, "no prompt straddled a step boundary: the batch did not test chunked prefill"
@@ -124,10 +161,17 @@ def test_prompt_alone_equals_prompt_in_batch(run, record_e2e, numerics_expected,
     batch = random_prompts(5, 20, 90, model.vocab_size, seed=4)
     together = gen.generate(batch)
     alone = gen.generate([batch[2]])
-    d = max(float((a - b).abs().max()) for a, b in zip(alone[0]["hidden_states"], together[2]["hidden_states"], strict=True))
+    d = max(
+        float((a - b).abs().max()) for a, b in zip(alone[0]["hidden_states"], together[2]["hidden_states"], strict=True)
+    )
     tol = reference.tolerance([r["hidden_states"] for r in together])
-    record_e2e(model.name, "a prompt alone vs inside a batch", "pass" if d <= tol else "fail",
-               f"max abs diff {d:.2e} (tolerance {tol:g})", max_abs_diff=d)
+    record_e2e(
+        model.name,
+        "a prompt alone vs inside a batch",
+        "pass" if d <= tol else "fail",
+        f"max abs diff {d:.2e} (tolerance {tol:g})",
+        max_abs_diff=d,
+    )
     if expected_broken(expectations, model.name):
         refs = reference.hidden_states(model.path, batch, gen.layer_ids)
         ref, bound = max_diff(together, refs), reference.tolerance(refs)
@@ -152,13 +196,23 @@ def test_a_broken_cell_says_whose_fault_it_is(name, runs, expectations, record_e
     if forward is not None and forward.outcome.value == "broken":
         # speculators' replacement forward is declared not the model's (C-forward): then plain vLLM must be right
         says = verdict.says(r.model.architecture, speculators_forward=f"forward[{name}]")
-        record_e2e(r.model.name, "whose fault: plain vLLM (no speculators) vs transformers, prompt logprobs",
-                   "fail" if verdict.vllm_wrong else "pass", says, max_abs_diff=verdict.max_abs_diff)
+        record_e2e(
+            r.model.name,
+            "whose fault: plain vLLM (no speculators) vs transformers, prompt logprobs",
+            "fail" if verdict.vllm_wrong else "pass",
+            says,
+            max_abs_diff=verdict.max_abs_diff,
+        )
         assert not verdict.vllm_wrong and verdict.started.ok, says
         return
     says = verdict.says(r.model.architecture)
-    record_e2e(r.model.name, "whose fault: plain vLLM (no speculators) vs transformers, prompt logprobs",
-               "fail" if verdict.vllm_wrong else "pass", says, max_abs_diff=verdict.max_abs_diff)
+    record_e2e(
+        r.model.name,
+        "whose fault: plain vLLM (no speculators) vs transformers, prompt logprobs",
+        "fail" if verdict.vllm_wrong else "pass",
+        says,
+        max_abs_diff=verdict.max_abs_diff,
+    )
     assert verdict.vllm_wrong, says
 
 
@@ -195,15 +249,23 @@ def test_streamed_and_shared_memory_hand_offs_are_bit_identical_to_the_rpc(run, 
         set_transport("stream")
 
     def same(a, b):
-        return all(torch.equal(x, y) for r1, r2 in zip(a, b, strict=True) for x, y in zip(r1["hidden_states"], r2["hidden_states"], strict=True))
+        return all(
+            torch.equal(x, y)
+            for r1, r2 in zip(a, b, strict=True)
+            for x, y in zip(r1["hidden_states"], r2["hidden_states"], strict=True)
+        )
 
     equal = {mode: same(out[mode], out["rpc"]) for mode in ("stream", "shm")}
     ok = all(equal.values()) and used["stream"] == 1 and used["shm"] == 1
-    record_e2e(run.model.name, "streamed and shared-memory hand-offs == RPC reply, bitwise", "pass" if ok else "fail",
-               f"{len(batch)} prompts, {sum(map(len, batch))} tokens over a {budget}-token step, x "
-               f"{len(gen.layer_ids)} layers; batches streamed {used['stream']} (rows regrouped {moved}), "
-               f"shared memory after the last step {used['shm']}; bitwise equal: "
-               + ", ".join(f"{mode} {'yes' if same_ else 'no'}" for mode, same_ in equal.items()))
+    record_e2e(
+        run.model.name,
+        "streamed and shared-memory hand-offs == RPC reply, bitwise",
+        "pass" if ok else "fail",
+        f"{len(batch)} prompts, {sum(map(len, batch))} tokens over a {budget}-token step, x "
+        f"{len(gen.layer_ids)} layers; batches streamed {used['stream']} (rows regrouped {moved}), "
+        f"shared memory after the last step {used['shm']}; bitwise equal: "
+        + ", ".join(f"{mode} {'yes' if same_ else 'no'}" for mode, same_ in equal.items()),
+    )
     assert used["stream"] == 1, "the streamed hand-off was not taken (no room in /dev/shm, or a step not placed?)"
     assert used["shm"] == 1, "the end-of-batch shared-memory hand-off was not taken"
     assert equal == {"stream": True, "shm": True}

@@ -14,8 +14,11 @@ from harness.subjects.prompts import random_prompts
 
 def same(a: list[dict], b: list[dict]) -> bool:
     return len(a) == len(b) and all(
-        torch.equal(r1["input_ids"], r2["input_ids"]) and len(r1["hidden_states"]) == len(r2["hidden_states"])
-        and all(torch.equal(x, y) for x, y in zip(r1["hidden_states"], r2["hidden_states"], strict=True)) for r1, r2 in zip(a, b, strict=True))
+        torch.equal(r1["input_ids"], r2["input_ids"])
+        and len(r1["hidden_states"]) == len(r2["hidden_states"])
+        and all(torch.equal(x, y) for x, y in zip(r1["hidden_states"], r2["hidden_states"], strict=True))
+        for r1, r2 in zip(a, b, strict=True)
+    )
 
 
 def test_fast_path_is_bitwise_speculators_loop(run, record_e2e):
@@ -37,11 +40,15 @@ def test_fast_path_is_bitwise_speculators_loop(run, record_e2e):
     detached = gen.fast_views.detached - detached_before
 
     ok = equal_big and equal_small and kept and views and ahead >= 1
-    record_e2e(run.model.name, "fast path == speculators' loop, bitwise", "pass" if ok else "fail",
-               f"{len(big)} prompts / {sum(map(len, big))} tokens over a {budget}-token step ({ahead} step(s) scheduled "
-               f"while the previous ran), then {len(small)} prompts; bitwise equal: {'yes' if equal_big else 'no'}, "
-               f"{'yes' if equal_small else 'no'}; results were views: {'yes' if views else 'no'}; "
-               f"{detached} held views moved out before reuse, unchanged: {'yes' if kept else 'no'}")
+    record_e2e(
+        run.model.name,
+        "fast path == speculators' loop, bitwise",
+        "pass" if ok else "fail",
+        f"{len(big)} prompts / {sum(map(len, big))} tokens over a {budget}-token step ({ahead} step(s) scheduled "
+        f"while the previous ran), then {len(small)} prompts; bitwise equal: {'yes' if equal_big else 'no'}, "
+        f"{'yes' if equal_small else 'no'}; results were views: {'yes' if views else 'no'}; "
+        f"{detached} held views moved out before reuse, unchanged: {'yes' if kept else 'no'}",
+    )
     assert views, "the fast path copied its results instead of handing out views of the hand-off buffer"
     assert ahead >= 1, "no step was scheduled while the previous one ran: the batch did not straddle steps"
     assert equal_big and equal_small, "the fast path's hidden states differ from speculators' loop"

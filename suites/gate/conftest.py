@@ -25,8 +25,20 @@ def gate(cache_dir, tmp_path):
     def call(old: str, new: str, *extra: str):
         out_json, summary = tmp_path / f"{old}-{new}.json", tmp_path / f"{old}-{new}.md"
         args = configure(argparse.ArgumentParser()).parse_args(
-            ["--from", old, "--to", new, "--cache-dir", str(cache_dir), "--json", str(out_json),
-             "--summary", str(summary), *extra])
+            [
+                "--from",
+                old,
+                "--to",
+                new,
+                "--cache-dir",
+                str(cache_dir),
+                "--json",
+                str(out_json),
+                "--summary",
+                str(summary),
+                *extra,
+            ]
+        )
         rc = run(args)
         return rc, json.loads(out_json.read_text()), summary.read_text()
 

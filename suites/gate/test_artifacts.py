@@ -29,8 +29,11 @@ VERSION = "0.33.0.dev5+gabc1234d"  # a per-commit build: dev release, commit in 
 COMMIT = "abc1234d" + "0" * 32
 WHEEL = f"vllm-{VERSION}.cpu-cp38-abi3-manylinux1_x86_64.whl"
 SDIST = f"vllm-{VERSION}.tar.gz"
-CHANGED = ("vllm/v1/core/sched/scheduler.py", "structured_output_manager: StructuredOutputManager,",
-           "structured_outputs: StructuredOutputManager,")
+CHANGED = (
+    "vllm/v1/core/sched/scheduler.py",
+    "structured_output_manager: StructuredOutputManager,",
+    "structured_outputs: StructuredOutputManager,",
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +50,11 @@ def build(tmp_path_factory) -> dict:
     (tree / "vllm" / "_version.py").write_text(f"__version__ = version = '{VERSION}'\n")
     git = shutil.which("git")
     if git:
-        for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "fab"]):
+        for cmd in (
+            ["init", "-q"],
+            ["add", "-A"],
+            ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "fab"],
+        ):
             subprocess.run([git, "-C", str(tree), *cmd], check=True, capture_output=True)
     files = sorted(p for p in (tree / "vllm").rglob("*.py"))
     site = tmp / "site"
@@ -69,10 +76,21 @@ def build(tmp_path_factory) -> dict:
         (folder / "vllm").mkdir(parents=True)
         (folder / "index.html").write_text('<html><body><a href="vllm/">vllm/</a></body></html>')
         (folder / "vllm" / "index.html").write_text(
-            f'<!DOCTYPE html><html><body><a href="{up}{quoted}#sha256={sha}">{WHEEL}</a><br/></body></html>')
-        (folder / "vllm" / "metadata.json").write_text(json.dumps([{"package_name": "vllm", "version": VERSION,
-                                                                      "variant": "cpu", "filename": WHEEL,
-                                                                      "path": f"{up}{quoted}"}]))
+            f'<!DOCTYPE html><html><body><a href="{up}{quoted}#sha256={sha}">{WHEEL}</a><br/></body></html>'
+        )
+        (folder / "vllm" / "metadata.json").write_text(
+            json.dumps(
+                [
+                    {
+                        "package_name": "vllm",
+                        "version": VERSION,
+                        "variant": "cpu",
+                        "filename": WHEEL,
+                        "path": f"{up}{quoted}",
+                    }
+                ]
+            )
+        )
     handler = functools.partial(_QuietHandler, directory=str(site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -91,8 +109,19 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 def _gate(tmp_path, cache: Path, to: str) -> tuple[int, dict]:
     out = tmp_path / "gate.json"
     args = configure(argparse.ArgumentParser()).parse_args(
-        ["--from", "0.32.0", "--to", to, "--cache-dir", str(cache), "--json", str(out),
-         "--summary", str(tmp_path / "gate.md")])
+        [
+            "--from",
+            "0.32.0",
+            "--to",
+            to,
+            "--cache-dir",
+            str(cache),
+            "--json",
+            str(out),
+            "--summary",
+            str(tmp_path / "gate.md"),
+        ]
+    )
     return run(args), json.loads(out.read_text())
 
 
@@ -110,9 +139,14 @@ def cache(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("kind", ["tree", "wheel", "sdist", "url-wheel", "index-commit", "index-nightly"])
 def test_every_artifact_kind_gives_the_same_finding_with_its_provenance(kind, build, cache, tmp_path):
-    to = {"tree": str(build["tree"]), "wheel": str(build["wheel"]), "sdist": str(build["sdist"]),
-          "url-wheel": f"{build['url']}/{COMMIT}/{urllib.parse.quote(WHEEL)}",
-          "index-commit": f"{build['url']}/{COMMIT}/cpu/", "index-nightly": f"{build['url']}/nightly/cpu/vllm/"}[kind]
+    to = {
+        "tree": str(build["tree"]),
+        "wheel": str(build["wheel"]),
+        "sdist": str(build["sdist"]),
+        "url-wheel": f"{build['url']}/{COMMIT}/{urllib.parse.quote(WHEEL)}",
+        "index-commit": f"{build['url']}/{COMMIT}/cpu/",
+        "index-nightly": f"{build['url']}/nightly/cpu/vllm/",
+    }[kind]
     rc, rep = _gate(tmp_path, cache, to)
     found = _the_finding(rep)
     assert ("sched", "keyword-removed", "vllm.v1.core.sched.scheduler:Scheduler(structured_output_manager=)") in found
@@ -125,8 +159,9 @@ def test_every_artifact_kind_gives_the_same_finding_with_its_provenance(kind, bu
         assert prov["kind"] == "tree" and prov["origin"] == "source folder vllm-checkout"
         assert prov["commit"] == (_git_head(build["tree"]) if build["git"] else "abc1234d")
     else:
-        assert prov["sha256"] == (hashlib.sha256(Path(to).read_bytes()).hexdigest() if kind in ("wheel", "sdist")
-                                  else build["sha"])
+        assert prov["sha256"] == (
+            hashlib.sha256(Path(to).read_bytes()).hexdigest() if kind in ("wheel", "sdist") else build["sha"]
+        )
         assert prov["commit"] == "abc1234d"
     if kind.startswith("index"):
         assert prov["kind"] == "index" and prov["variant"] == "cpu" and prov["file"] == WHEEL
@@ -142,21 +177,29 @@ def test_reports_of_different_builds_of_one_version_never_share_a_name():
     other = {"from": {"kind": "version"}, "to": {"kind": "tree", "commit": "99aa88bb77"}}
     wheel = {"from": {"kind": "version"}, "to": {"kind": "wheel", "sha256": "deadbeef" * 8}}
     names = {report_path("0.32.0", "0.34.0", s).name for s in (tree, other, wheel)}
-    assert names == {"gate-0.32.0-to-0.34.0+tree-1a2b3c4d.json", "gate-0.32.0-to-0.34.0+tree-99aa88bb.json",
-                     "gate-0.32.0-to-0.34.0+wheel-deadbeef.json"}
-    assert report_path("0.32.0", "0.34.0", {"from": {"kind": "version"}, "to": {"kind": "version"}}).name == \
-        "gate-0.32.0-to-0.34.0.json"
+    assert names == {
+        "gate-0.32.0-to-0.34.0+tree-1a2b3c4d.json",
+        "gate-0.32.0-to-0.34.0+tree-99aa88bb.json",
+        "gate-0.32.0-to-0.34.0+wheel-deadbeef.json",
+    }
+    assert (
+        report_path("0.32.0", "0.34.0", {"from": {"kind": "version"}, "to": {"kind": "version"}}).name
+        == "gate-0.32.0-to-0.34.0.json"
+    )
 
 
 def _git_head(tree: Path) -> str:
     return subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
-@pytest.mark.parametrize("raw,says", [
-    ("does-not-exist.whl", "no such file"),
-    ("notes.txt", "not a version number"),
-    ("http://", "not a URL"),
-])
+@pytest.mark.parametrize(
+    "raw,says",
+    [
+        ("does-not-exist.whl", "no such file"),
+        ("notes.txt", "not a version number"),
+        ("http://", "not a URL"),
+    ],
+)
 def test_an_artifact_that_is_none_of_the_forms_is_refused_before_any_download(raw, says, tmp_path):
     with pytest.raises(sources.VersionNotFound, match=says):
         artifacts.parse(raw)

@@ -13,17 +13,29 @@ from harness.support.paths import REPO_ROOT
 
 
 def bisect(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", "gate", "bisect", *argv], capture_output=True, text=True,
-                          timeout=600, cwd=REPO_ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "gate", "bisect", *argv],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+    )
 
 
-@pytest.mark.parametrize("argv,first,before,evidence", [
-    (["--contract", "twophase", "--between", "0.11.0", "0.17.0"], "0.11.1", "0.11.0",
-     "two-phase-execute"),
-    (["--contract", "request", "--match", "eos_token_id", "--between", "0.11.0", "0.20.0"], "0.17.0", "0.16.0",
-     "keyword-removed: vllm.v1.request:Request(eos_token_id=)"),
-    (["--contract", "request", "--between", "0.11.0", "0.12.0"], "0.12.0", "0.11.2", "block-hashes-required"),
-], ids=["twophase", "request-eos_token_id", "request-block_hasher"])
+@pytest.mark.parametrize(
+    "argv,first,before,evidence",
+    [
+        (["--contract", "twophase", "--between", "0.11.0", "0.17.0"], "0.11.1", "0.11.0", "two-phase-execute"),
+        (
+            ["--contract", "request", "--match", "eos_token_id", "--between", "0.11.0", "0.20.0"],
+            "0.17.0",
+            "0.16.0",
+            "keyword-removed: vllm.v1.request:Request(eos_token_id=)",
+        ),
+        (["--contract", "request", "--between", "0.11.0", "0.12.0"], "0.12.0", "0.11.2", "block-hashes-required"),
+    ],
+    ids=["twophase", "request-eos_token_id", "request-block_hasher"],
+)
 def test_bisect_names_the_first_release_and_its_evidence(argv, first, before, evidence):
     out = bisect(*argv)
     assert out.returncode == 0, out.stderr[-800:]

@@ -42,8 +42,14 @@ def source_line(cache_dir: Path, ver: str, evidence: str) -> str:
 
 
 def gate_cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.gate", *argv], capture_output=True, text=True,
-                          timeout=300, cwd=REPO_ROOT, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "harness.gate", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_0110_to_0111_each_break_is_reported_and_mapped_to_its_shim(gate, cache_dir, covered_then_review):
@@ -65,10 +71,13 @@ def test_0110_to_0111_each_break_is_reported_and_mapped_to_its_shim(gate, cache_
     assert "block_size" in source_line(cache_dir, "0.11.1", sched["evidence"])
 
     embeds = by_kind(rep, "embed", "method-renamed")
-    assert {f["symbol"].split(":")[1] for f in embeds} == {"LlamaModel.get_input_embeddings",
-                                                         "DeepseekV2Model.get_input_embeddings"}
-    assert all(f["new"] == "embed_input_ids only" and f["shim"] == "harness.contracts.embed.apply_worker"
-               for f in embeds)
+    assert {f["symbol"].split(":")[1] for f in embeds} == {
+        "LlamaModel.get_input_embeddings",
+        "DeepseekV2Model.get_input_embeddings",
+    }
+    assert all(
+        f["new"] == "embed_input_ids only" and f["shim"] == "harness.contracts.embed.apply_worker" for f in embeds
+    )
     assert all("def embed_input_ids" in source_line(cache_dir, "0.11.1", f["evidence"]) for f in embeds)
 
     assert all(f["status"] == "covered" for f in rep["findings"])
@@ -88,9 +97,10 @@ def test_0160_to_0170_reports_request_eos_token_id_removed(gate, cache_dir, cove
 def test_0320_to_0330_reports_the_kv_helpers_leaving_kv_cache_utils(gate, cache_dir, covered_then_review):
     rc, rep, summary = gate("0.32.0", "0.33.0")
     moved = by_kind(rep, "kvhelpers", "import-moved")
-    assert {f["symbol"] for f in moved} == {f"vllm.v1.core.kv_cache_utils:{h}" for h in
-                                           ("_get_kv_cache_groups_uniform_spec", "get_kv_cache_config_from_groups",
-                                            "unify_hybrid_kv_cache_specs")}
+    assert {f["symbol"] for f in moved} == {
+        f"vllm.v1.core.kv_cache_utils:{h}"
+        for h in ("_get_kv_cache_groups_uniform_spec", "get_kv_cache_config_from_groups", "unify_hybrid_kv_cache_specs")
+    }
     for f in moved:
         assert f["detail"]["moved_to"] == "vllm.v1.core.kv_cache_planning"
         assert f["evidence"].startswith("vllm/v1/core/kv_cache_planning.py:")
@@ -118,8 +128,15 @@ def test_an_undecidable_fetch_writes_no_report_named_like_a_release(cache_dir):
 
 def test_no_network_exits_2_without_a_traceback(tmp_path):
     empty = tmp_path / "empty-cache"
-    out = gate_cli("--to", "0.11.1", "--cache-dir", str(empty), "--json", str(tmp_path / "r.json"),
-                   env={"HARNESS_PYPI_URL": UNREACHABLE_INDEX, "HARNESS_GATE_TIMEOUT": "3"})
+    out = gate_cli(
+        "--to",
+        "0.11.1",
+        "--cache-dir",
+        str(empty),
+        "--json",
+        str(tmp_path / "r.json"),
+        env={"HARNESS_PYPI_URL": UNREACHABLE_INDEX, "HARNESS_GATE_TIMEOUT": "3"},
+    )
     assert out.returncode == 2, out.stderr
     assert "cannot reach the package index" in out.stderr and "Traceback" not in out.stderr + out.stdout
     assert not empty.exists() or not any(empty.iterdir())  # nothing half-written
@@ -128,10 +145,13 @@ def test_no_network_exits_2_without_a_traceback(tmp_path):
 def test_an_expired_allowlist_entry_stops_counting(gate, tmp_path, covered_then_review):
     """0.11.2 -> 0.12.0: DeepseekV2's own layer loop starts passing llama_4_scaling, which no shim restores; an
     active entry accepts it, an expired one leaves it open (undecided without --model-config)."""
+
     def with_entry(expires: _dt.date):
         path = tmp_path / f"allow-{expires}.toml"
-        path.write_text(f'[[accept]]\npattern = "layer"\nreason = "reviewed: no checkpoint sets llama_4_scaling"\n'
-                        f"expires = {expires.isoformat()}\n")
+        path.write_text(
+            f'[[accept]]\npattern = "layer"\nreason = "reviewed: no checkpoint sets llama_4_scaling"\n'
+            f"expires = {expires.isoformat()}\n"
+        )
         return gate("0.11.2", "0.12.0", "--allowlist", str(path))
 
     rc, rep, _ = with_entry(_dt.date.today() + _dt.timedelta(days=30))
@@ -178,8 +198,10 @@ def test_static_gate_time_with_sources_cached(gate, capsys):
     rc, rep, _ = gate("0.32.0", "0.33.0")
     wall = time.perf_counter() - t0
     with capsys.disabled():
-        print(f"\n[gate timing] 0.32.0 -> 0.33.0, sources cached: {wall:.1f} s wall "
-              f"(static {rep['timings']['static']:.1f} s, sources {rep['timings']['sources']:.1f} s)")
+        print(
+            f"\n[gate timing] 0.32.0 -> 0.33.0, sources cached: {wall:.1f} s wall "
+            f"(static {rep['timings']['static']:.1f} s, sources {rep['timings']['sources']:.1f} s)"
+        )
     assert rc in (0, 1, 3) and wall <= 60
 
 
@@ -191,8 +213,16 @@ def test_a_contract_without_facts_is_not_checked_and_undecided(cache_dir):
     roots = [sources.ensure(v, cache_dir).root for v in ("0.11.1", "0.11.2")]
     old, new = static.read_versions(roots, used_surface.fixture_path(), parallel=False)
     new = [f for f in new if f.contract != "memory"]
-    gate = verdict.decide("0.11.1", "0.11.2", static.compare(old, new), contracts.ids(), [], _dt.date.today(),
-                          None, dynamic.reason("0.11.2"))
+    gate = verdict.decide(
+        "0.11.1",
+        "0.11.2",
+        static.compare(old, new),
+        contracts.ids(),
+        [],
+        _dt.date.today(),
+        None,
+        dynamic.reason("0.11.2"),
+    )
     assert (gate.verdict, gate.exit_code) == ("UNDECIDED", 2)
     assert gate.contracts["memory"]["status"] == "not-checked" and "memory" in gate.not_checked
     assert "**Not checked**" in verdict.markdown(gate)
@@ -246,20 +276,29 @@ def test_a_config_gated_finding_without_model_config_is_undecided(gate):
     assert (rc, rep["verdict"]) == (2, "UNDECIDED") and "pass --model-config" in md
 
 
-@pytest.mark.parametrize("argv,says", [
-    (["--to", "0.17.0", "--model-config", "/no/such/config.json"], "--model-config /no/such/config.json: not a readable JSON file"),
-    (["--to", "0.17.0", "--model-config", "NOTJSON"], "not a readable JSON file"),
-    (["--to", "0.17.0", "--json", "/no/such/dir/r.json"], "--json /no/such/dir/r.json: cannot write there"),
-    (["--to", "0.17.0", "--summary", "SUMMARYDIR"], "--summary"),
-    (["--to", "../../x"], "'../../x': no such file or folder"),
-    (["--to", "0.17.0", "--from", "latest"], "'latest' is not a version number"),
-])
+@pytest.mark.parametrize(
+    "argv,says",
+    [
+        (
+            ["--to", "0.17.0", "--model-config", "/no/such/config.json"],
+            "--model-config /no/such/config.json: not a readable JSON file",
+        ),
+        (["--to", "0.17.0", "--model-config", "NOTJSON"], "not a readable JSON file"),
+        (["--to", "0.17.0", "--json", "/no/such/dir/r.json"], "--json /no/such/dir/r.json: cannot write there"),
+        (["--to", "0.17.0", "--summary", "SUMMARYDIR"], "--summary"),
+        (["--to", "../../x"], "'../../x': no such file or folder"),
+        (["--to", "0.17.0", "--from", "latest"], "'latest' is not a version number"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_before_any_download(argv, says, tmp_path):
     """Refused before anything is fetched (the index is unreachable: a download would fail differently) and no
     report is written for refused input."""
     (tmp_path / "NOTJSON").write_text("{nope")
     (tmp_path / "SUMMARYDIR").mkdir()
-    argv = [a.replace("NOTJSON", str(tmp_path / "NOTJSON")).replace("SUMMARYDIR", str(tmp_path / "SUMMARYDIR")) for a in argv]
+    argv = [
+        a.replace("NOTJSON", str(tmp_path / "NOTJSON")).replace("SUMMARYDIR", str(tmp_path / "SUMMARYDIR"))
+        for a in argv
+    ]
     says = says.replace("NOTJSON", str(tmp_path / "NOTJSON"))
     before = set((REPO_ROOT / "reports").glob("gate-*"))
     out = gate_cli(*argv, "--cache-dir", str(tmp_path / "empty"), env={"HARNESS_PYPI_URL": UNREACHABLE_INDEX})
@@ -281,8 +320,9 @@ def test_versions_are_normalised_to_one_cache_entry_and_report_name(gate, cache_
 
 
 def test_help_names_the_environment_and_the_json_has_no_machine_paths(gate):
-    out = subprocess.run([sys.executable, "-m", "harness", "gate", "--help"], capture_output=True, text=True,
-                         cwd=REPO_ROOT, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "gate", "--help"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120
+    )
     assert "HARNESS_PYPI_URL" in out.stdout and "HARNESS_GATE_TIMEOUT" in out.stdout
     _, rep, _ = gate("0.16.0", "0.17.0")
     text = json.dumps(rep)

@@ -25,16 +25,22 @@ def job(tmp_path_factory, cache_dir):
     (root / "work").mkdir()
     (root / "work" / "uv.lock").write_text(f'version = 1\n[[package]]\nname = "vllm"\nversion = "{OLD}"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "GATE_", "GITHUB_", "VIRTUAL_ENV"))}
-    env.update(PATH=f"{os.path.dirname(find_uv_bin())}:{env.get('PATH', '')}", RUNNER_TEMP=str(root),
-               HARNESS_GATE_CACHE=str(cache_dir), HARNESS_VENV=str(root / "venv"),
-               GITHUB_OUTPUT=str(root / "output"), GITHUB_STEP_SUMMARY=str(root / "summary.md"))
+    env.update(
+        PATH=f"{os.path.dirname(find_uv_bin())}:{env.get('PATH', '')}",
+        RUNNER_TEMP=str(root),
+        HARNESS_GATE_CACHE=str(cache_dir),
+        HARNESS_VENV=str(root / "venv"),
+        GITHUB_OUTPUT=str(root / "output"),
+        GITHUB_STEP_SUMMARY=str(root / "summary.md"),
+    )
     return root, env
 
 
 def run_step(job, **inputs) -> subprocess.CompletedProcess:
     root, env = job
-    return subprocess.run(["bash", str(SCRIPT)], cwd=root / "work", env={**env, **inputs}, capture_output=True,
-                          text=True, timeout=900)
+    return subprocess.run(
+        ["bash", str(SCRIPT)], cwd=root / "work", env={**env, **inputs}, capture_output=True, text=True, timeout=900
+    )
 
 
 def test_the_action_gates_the_pin_of_the_lock_file(job, gate):
@@ -80,8 +86,14 @@ def test_a_pull_request_is_judged_from_the_base_pin_with_an_annotation_on_the_lo
     base = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     (repo / "uv.lock").write_text(lock.format(NEW))
     (root / "output").write_text("")
-    step = subprocess.run(["bash", str(SCRIPT)], cwd=repo, capture_output=True, text=True, timeout=900,
-                          env={**env, "GATE_LOCK_FILE": "uv.lock", "GATE_BASE_REF": base, "GITHUB_ACTIONS": "true"})
+    step = subprocess.run(
+        ["bash", str(SCRIPT)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**env, "GATE_LOCK_FILE": "uv.lock", "GATE_BASE_REF": base, "GITHUB_ACTIONS": "true"},
+    )
     rc, report, _ = gate(OLD, NEW)
     assert step.returncode == rc, step.stdout[-1500:] + step.stderr[-1500:]
     out = dict(line.split("=", 1) for line in (root / "output").read_text().splitlines())

@@ -34,7 +34,7 @@ def evaluate(text: str, inputs: dict, runner_temp: Path) -> str:
     def one(m: re.Match) -> str:
         expr = m.group(1)
         if expr.startswith("inputs."):
-            return str(inputs[expr[len("inputs."):]])
+            return str(inputs[expr[len("inputs.") :]])
         if expr == "runner.temp":
             return str(runner_temp)
         if expr == "steps.python.outputs.python-path":  # what the action's setup-python step hands over
@@ -67,8 +67,12 @@ def declared_inputs(spec: dict) -> dict:
 
 def copy_checkout(dest: Path) -> None:
     """This checkout's files as `actions/checkout` gives them: what git tracks, plus files not yet committed."""
-    listed = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "-co", "--exclude-standard", "-z"],
-                            capture_output=True, text=True, check=True).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "ls-files", "-co", "--exclude-standard", "-z"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
     for name in filter(None, listed):
         src = REPO_ROOT / name
         if src.is_file():
@@ -92,11 +96,18 @@ def runner(tmp_path_factory, cache_dir):
     (work / "uv.lock").write_text(f'version = 1\n[[package]]\nname = "vllm"\nversion = "{OLD}"\n')
     copy_checkout(work / ".speculators-vllm-harness")
     restore_cache(cache_dir, work / ".cache" / "gate")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "GATE_", "GITHUB_", "VIRTUAL_ENV",
-                                                                     "PYTHON", "RUNNER_"))}
-    env.update(PATH=f"{os.path.dirname(find_uv_bin())}:{env.get('PATH', '')}", RUNNER_TEMP=str(temp),
-               GITHUB_WORKSPACE=str(work), GITHUB_OUTPUT=str(temp / "output"),
-               GITHUB_STEP_SUMMARY=str(temp / "summary.md"))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HARNESS_", "GATE_", "GITHUB_", "VIRTUAL_ENV", "PYTHON", "RUNNER_"))
+    }
+    env.update(
+        PATH=f"{os.path.dirname(find_uv_bin())}:{env.get('PATH', '')}",
+        RUNNER_TEMP=str(temp),
+        GITHUB_WORKSPACE=str(work),
+        GITHUB_OUTPUT=str(temp / "output"),
+        GITHUB_STEP_SUMMARY=str(temp / "summary.md"),
+    )
     return work, temp, env
 
 
@@ -106,8 +117,14 @@ def run_step(step: dict, inputs: dict, runner, extra_env: dict | None = None) ->
         (temp / f).unlink(missing_ok=True)
     step_env = {k: evaluate(str(v), inputs, temp) for k, v in (step.get("env") or {}).items()}
     command = evaluate(step["run"], inputs, temp)
-    return subprocess.run(["bash", "-e", "-c", command], cwd=work, env={**env, **(extra_env or {}), **step_env},
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        ["bash", "-e", "-c", command],
+        cwd=work,
+        env={**env, **(extra_env or {}), **step_env},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def outputs(temp: Path) -> dict:
@@ -154,7 +171,8 @@ def test_a_relative_cache_dir_flag_gives_the_absolute_one_s_verdict(cache_dir, t
     restore_cache(cache_dir, tmp_path / ".cache" / "gate")
     monkeypatch.chdir(tmp_path)
     args = configure(argparse.ArgumentParser()).parse_args(
-        ["--from", OLD, "--to", NEW, "--cache-dir", ".cache/gate", "--json", "relative.json"])
+        ["--from", OLD, "--to", NEW, "--cache-dir", ".cache/gate", "--json", "relative.json"]
+    )
     rc = run(args)
     relative = json.loads((tmp_path / "relative.json").read_text())
     rc_abs, absolute, _ = gate(OLD, NEW)
@@ -174,11 +192,13 @@ def test_the_workflow_s_step_follows_the_lock_file_s_speculators_pin(runner):
         spec = yaml.safe_load(WORKFLOW.read_text())
         step = next(s for s in spec["jobs"]["gate"]["steps"] if s.get("id") == "gate")
         on = spec.get("on", spec.get(True))
-        done = run_step(step, {**declared_inputs(on["workflow_call"]["inputs"]), "lock-file": "uv.lock", "to": NEW},
-                        runner)
+        done = run_step(
+            step, {**declared_inputs(on["workflow_call"]["inputs"]), "lock-file": "uv.lock", "to": NEW}, runner
+        )
     finally:
         lock.write_text(before)
     rep = json.loads((temp / "gate.json").read_text())
-    assert (rep.get("client"), rep.get("connectors")) == ("speculators 0.8.0", "hs-connectors 0.8.0"), \
+    assert (rep.get("client"), rep.get("connectors")) == ("speculators 0.8.0", "hs-connectors 0.8.0"), (
         done.stdout[-1500:] + done.stderr[-1500:]
+    )
     assert outputs(temp)["verdict"] == rep["verdict"] != "UNDECIDED"

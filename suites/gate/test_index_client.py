@@ -22,8 +22,10 @@ USER, PASSWORD = "team", "s3cret"
 def _sdist() -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, text in ((f"vllm-{VERSION}/vllm/__init__.py", "__version__ = '9.9.9'\n"),
-                           (f"vllm-{VERSION}/vllm/engine.py", "def step():\n    return 1\n")):
+        for name, text in (
+            (f"vllm-{VERSION}/vllm/__init__.py", "__version__ = '9.9.9'\n"),
+            (f"vllm-{VERSION}/vllm/engine.py", "def step():\n    return 1\n"),
+        ):
             data = text.encode()
             info = tarfile.TarInfo(name)
             info.size = len(data)
@@ -48,8 +50,10 @@ def index():
                 self.send_header("WWW-Authenticate", 'Basic realm="index"')
                 self.end_headers()
                 return
-            body, ctype = {"/simple/vllm/": (page.encode(), "text/html"),
-                           f"/files/{name}": (archive, "application/gzip")}.get(self.path, (None, None))
+            body, ctype = {
+                "/simple/vllm/": (page.encode(), "text/html"),
+                f"/files/{name}": (archive, "application/gzip"),
+            }.get(self.path, (None, None))
             if body is None:
                 self.send_response(404)
                 self.end_headers()

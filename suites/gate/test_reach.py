@@ -31,42 +31,42 @@ class EngineCore:
     def shutdown(self):
         self.model_executor.shutdown()
 ''',
-    "vllm/v1/core/sched/scheduler.py": '''
+    "vllm/v1/core/sched/scheduler.py": """
 class Scheduler:
     def schedule(self):
         return sorted(self.running)
-''',
-    "vllm/v1/executor/abstract.py": '''
+""",
+    "vllm/v1/executor/abstract.py": """
 class Executor:
     def collective_rpc(self, method):
         return [method]
 
     def shutdown(self):
         pass
-''',
-    "vllm/v1/executor/multiproc_executor.py": '''
+""",
+    "vllm/v1/executor/multiproc_executor.py": """
 from vllm.v1.executor.abstract import Executor
 
 
 class MultiprocExecutor(Executor):
     pass
-''',
-    "vllm/v1/executor/uniproc_executor.py": '''
+""",
+    "vllm/v1/executor/uniproc_executor.py": """
 from vllm.v1.executor.abstract import Executor
 
 
 class UniProcExecutor(Executor):
     pass
-''',
-    "vllm/v1/worker/worker_base.py": '''
+""",
+    "vllm/v1/worker/worker_base.py": """
 class WorkerBase:
     def warm_caches(self):
         return self._warm()
 
     def _warm(self):
         return 1
-''',
-    "vllm/v1/worker/gpu_worker.py": '''
+""",
+    "vllm/v1/worker/gpu_worker.py": """
 from vllm.v1.worker.worker_base import WorkerBase
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
@@ -78,19 +78,19 @@ class Worker(WorkerBase):
 
     def _warm(self):
         return super()._warm() + 1
-''',
-    "vllm/v1/worker/cpu_worker.py": '''
+""",
+    "vllm/v1/worker/cpu_worker.py": """
 from vllm.v1.worker.gpu_worker import Worker
 
 
 class CPUWorker(Worker):
     pass
-''',
-    "vllm/v1/worker/gpu_model_runner.py": '''
+""",
+    "vllm/v1/worker/gpu_model_runner.py": """
 class GPUModelRunner:
     def __init__(self):
         self.input_batch = None
-''',
+""",
 }
 
 
@@ -130,17 +130,29 @@ def test_changes_docstrings_are_not_optional_parameters_are_compatible_the_rest_
     old = tree(tmp_path, "old")
     same = tree(tmp_path, "doc", {"vllm/v1/engine/core.py": ('"""Builds the executor."""', '"""Reworded."""')})
     assert reach.changes(reach.Index(old), reach.Index(same), old, same) == []
-    optional = tree(tmp_path, "opt", {"vllm/v1/engine/core.py": ("def _helper(self):", "def _helper(self, *, x=None):")})
+    optional = tree(
+        tmp_path, "opt", {"vllm/v1/engine/core.py": ("def _helper(self):", "def _helper(self, *, x=None):")}
+    )
     [c] = reach.changes(reach.Index(old), reach.Index(optional), old, optional)
     assert (c.key, c.kind) == ("vllm.v1.engine.core:EngineCore._helper", "compatible")
-    step = tree(tmp_path, "step", {"vllm/v1/engine/core.py": ('self.collective_rpc("warm_caches")',
-                                                             'self.collective_rpc("warm_caches")\n'
-                                                             '        self.model_executor.prime()')})
+    step = tree(
+        tmp_path,
+        "step",
+        {
+            "vllm/v1/engine/core.py": (
+                'self.collective_rpc("warm_caches")',
+                'self.collective_rpc("warm_caches")\n        self.model_executor.prime()',
+            )
+        },
+    )
     [c] = reach.changes(reach.Index(old), reach.Index(step), old, step)
     assert (c.key, c.kind, c.contracts) == ("vllm.v1.engine.core:EngineCore._helper", "changed", ["kvlayout"])
     assert "+    self.model_executor.prime()" in c.diff and c.evidence.startswith("vllm/v1/engine/core.py:")
-    off_path = tree(tmp_path, "off", {"vllm/v1/engine/core.py": ("self.model_executor.shutdown()",
-                                                                "self.model_executor.shutdown()\n        x = 1")})
+    off_path = tree(
+        tmp_path,
+        "off",
+        {"vllm/v1/engine/core.py": ("self.model_executor.shutdown()", "self.model_executor.shutdown()\n        x = 1")},
+    )
     assert reach.changes(reach.Index(old), reach.Index(off_path), old, off_path) == []
 
 

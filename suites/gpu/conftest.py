@@ -60,7 +60,9 @@ class TierRun:
 
     def close(self) -> None:
         if not self.closed:
-            self.facts["peak_memory_bytes_per_rank"] = self.generator.real_executor.collective_rpc("_harness_peak_memory")
+            self.facts["peak_memory_bytes_per_rank"] = self.generator.real_executor.collective_rpc(
+                "_harness_peak_memory"
+            )
             self.generator.close()
             self.closed = True
 
@@ -96,9 +98,18 @@ def tier(request):
     tokenizer = AutoTokenizer.from_pretrained(cfg.model_path, trust_remote_code=True)
     run.prompts = gpu_tier.load_prompts(cfg.prompts_file, tokenizer)
     t0 = time.perf_counter()
-    run.generator, start, run.facts["mla_disabled"], mla_start = mla.start(run.model, lambda: HarnessGenerator(
-        cfg.model_path, cfg.layer_ids, max_model_len=cfg.max_model_len, gpu_memory_utilization=cfg.gpu_memory_utilization,
-        tensor_parallel_size=cfg.tp, options=_options(cfg, run.language_model_only)), cfg.attention_backend)
+    run.generator, start, run.facts["mla_disabled"], mla_start = mla.start(
+        run.model,
+        lambda: HarnessGenerator(
+            cfg.model_path,
+            cfg.layer_ids,
+            max_model_len=cfg.max_model_len,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            tensor_parallel_size=cfg.tp,
+            options=_options(cfg, run.language_model_only),
+        ),
+        cfg.attention_backend,
+    )
     if not start.ok:
         raise RuntimeError(f"the shimmed generator did not start on {cfg.model_path}: {start.text}")
     run.mla = mla.probe(run.model.subject, tc, run.facts["mla_disabled"], start, cfg.attention_backend, mla_start)

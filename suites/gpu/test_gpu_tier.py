@@ -23,7 +23,9 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 
 
 def _check(tier, name: str, ok: bool, measured: str) -> None:
-    tier.facts.setdefault("checks", []).append({"check": name, "result": "pass" if ok else "fail", "measured": measured})
+    tier.facts.setdefault("checks", []).append(
+        {"check": name, "result": "pass" if ok else "fail", "measured": measured}
+    )
 
 
 def test_batch_shapes_dtype_finite(tier):
@@ -35,8 +37,13 @@ def test_batch_shapes_dtype_finite(tier):
     results = gen.generate(prompts)
     steady_s = time.perf_counter() - t0
     tokens = sum(map(len, prompts))
-    tier.facts["throughput"] = {"tokens": tokens, "seconds": steady_s, "tokens_per_s": tokens / steady_s,
-                                "first_call_s": first_s, "prompts": len(prompts)}
+    tier.facts["throughput"] = {
+        "tokens": tokens,
+        "seconds": steady_s,
+        "tokens_per_s": tokens / steady_s,
+        "first_call_s": first_s,
+        "prompts": len(prompts),
+    }
     tier.batch, tier.first_batch = results, first
     want = DTYPES[tier.cfg.dtype]
     bad = []
@@ -51,14 +58,22 @@ def test_batch_shapes_dtype_finite(tier):
             if not torch.isfinite(h).all():
                 bad.append("non-finite values")
     tier.facts["fingerprint"] = fingerprint(results, gen.layer_ids)
-    _check(tier, "one tensor per layer, [tokens, hidden], dtype, finite", not bad,
-           f"{len(prompts)} prompts, {tokens} tokens, hidden {tier.hidden_size}, {tier.cfg.dtype}; {bad[:3] or 'ok'}")
+    _check(
+        tier,
+        "one tensor per layer, [tokens, hidden], dtype, finite",
+        not bad,
+        f"{len(prompts)} prompts, {tokens} tokens, hidden {tier.hidden_size}, {tier.cfg.dtype}; {bad[:3] or 'ok'}",
+    )
     assert not bad, bad[:5]
 
 
 def _pairs(a: list, b: list) -> list:
     """Tensor pairs of two results of the same prompts; never empty (a comparison of nothing cannot pass)."""
-    pairs = [(x, y) for r1, r2 in zip(a, b, strict=True) for x, y in zip(r1["hidden_states"], r2["hidden_states"], strict=True)]
+    pairs = [
+        (x, y)
+        for r1, r2 in zip(a, b, strict=True)
+        for x, y in zip(r1["hidden_states"], r2["hidden_states"], strict=True)
+    ]
     assert pairs and len(a) == len(b), f"nothing to compare: {len(a)} vs {len(b)} results"
     return pairs
 
@@ -72,14 +87,20 @@ def test_prompt_alone_equals_prompt_in_batch(tier):
     tol = bound(tier.cfg.dtype, [h for r in batch for h in r["hidden_states"]])
     for i, p in enumerate(tier.prompts):
         alone = tier.generator.generate([p])[0]["hidden_states"]
-        diffs = [float((x.float() - y.float()).abs().max()) for x, y in zip(alone, batch[i]["hidden_states"], strict=True)]
+        diffs = [
+            float((x.float() - y.float()).abs().max()) for x, y in zip(alone, batch[i]["hidden_states"], strict=True)
+        ]
         by_layer = [max(a, b) for a, b in zip(by_layer, diffs, strict=True)]
         over += max(diffs) > tol
     worst = max(by_layer)
     tier.facts["alone_vs_batch_by_layer"] = dict(zip(map(str, layers), by_layer, strict=True))
-    _check(tier, ALONE_CHECK, worst <= tol,
-           f"max abs diff {worst:.3g} (tolerance {tol:.3g}); {over} of {len(tier.prompts)} prompts over it; by "
-           "captured layer: " + ", ".join(f"{lid}: {d:.3g}" for lid, d in zip(layers, by_layer, strict=True)))
+    _check(
+        tier,
+        ALONE_CHECK,
+        worst <= tol,
+        f"max abs diff {worst:.3g} (tolerance {tol:.3g}); {over} of {len(tier.prompts)} prompts over it; by "
+        "captured layer: " + ", ".join(f"{lid}: {d:.3g}" for lid, d in zip(layers, by_layer, strict=True)),
+    )
     assert worst <= tol
 
 
@@ -98,10 +119,13 @@ def test_same_batch_twice(tier):
         found = module_determinism.diagnose(tier.generator, tier.prompts)
         tier.facts["nondeterministic_module"] = found
         culprit = found.get("culprit")
-        measured += (f"; first module with equal inputs and different outputs: {culprit['module']} "
-                     f"({culprit['class']}, max abs diff {culprit['max_abs_diff']})" if culprit else
-                     f"; no recorded module call differs on equal inputs ({found['differing']} of "
-                     f"{found['calls']} calls differ)")
+        measured += (
+            f"; first module with equal inputs and different outputs: {culprit['module']} "
+            f"({culprit['class']}, max abs diff {culprit['max_abs_diff']})"
+            if culprit
+            else f"; no recorded module call differs on equal inputs ({found['differing']} of "
+            f"{found['calls']} calls differ)"
+        )
     _check(tier, "same batch twice", bitwise or diff <= tol, measured)
     tier.facts["first_call_bitwise_equal_to_second"] = first_equal
     tier.facts["same_batch_bitwise"] = bitwise
@@ -127,9 +151,13 @@ def test_fast_path_equals_speculators_loop(tier):
     tol = bound(tier.cfg.dtype, [b for _, b in pairs])
     deterministic = tier.facts.get("same_batch_bitwise", True)
     ok = ahead >= 1 and (bitwise or (not deterministic and diff <= tol))
-    _check(tier, "fast path == speculators' loop", ok,
-           f"{len(big)} prompts over a {budget}-token step, {ahead} step(s) scheduled during a forward; "
-           + ("bitwise equal" if bitwise else f"not bitwise: max abs diff {diff:.3g} (bound {tol:.3g})"))
+    _check(
+        tier,
+        "fast path == speculators' loop",
+        ok,
+        f"{len(big)} prompts over a {budget}-token step, {ahead} step(s) scheduled during a forward; "
+        + ("bitwise equal" if bitwise else f"not bitwise: max abs diff {diff:.3g} (bound {tol:.3g})"),
+    )
     assert ahead >= 1, "no step was scheduled while the previous one ran"
     assert bitwise or (not deterministic and diff <= tol)
 
@@ -164,9 +192,13 @@ def test_states_on_device_equal_host(tier):
         diff = 0.0 if bitwise else max(float((a.float() - b.float()).abs().max()) for a, b in pairs)
         ok = ok and (bitwise or (not deterministic and diff <= bound(tier.cfg.dtype, [a for a, _ in pairs])))
         found.append(f"{name} " + ("bitwise equal" if bitwise else f"max abs diff {diff:.3g}"))
-    _check(tier, "states on the device == host hand-off", ok,
-           f"{len(big)} prompts over a {budget}-token step; {used} of {len(outs)} calls through the device hand-off, "
-           f"fast path's results on the GPU: {'yes' if on_gpu else 'no'}; " + "; ".join(found))
+    _check(
+        tier,
+        "states on the device == host hand-off",
+        ok,
+        f"{len(big)} prompts over a {budget}-token step; {used} of {len(outs)} calls through the device hand-off, "
+        f"fast path's results on the GPU: {'yes' if on_gpu else 'no'}; " + "; ".join(found),
+    )
     assert used == len(outs) and on_gpu
     assert ok
 
@@ -194,11 +226,20 @@ def test_model_contracts(tier, record_observation, expectations):
         exp = expectations["table"].get(obs.key)
         if exp is not None and exp.outcome != obs.outcome:
             wrong.append(f"{obs.key}: expected {exp.outcome} ({exp.reason}), observed {obs.outcome}: {obs.reason}")
-    tier.facts["contracts"] = {o.key: {"outcome": str(o.outcome), "reason": o.reason,
-                                       "expected": str(expectations["table"][o.key].outcome)
-                                       if o.key in expectations["table"] else None} for o in observations}
-    _check(tier, "per-model contracts match expectations", not wrong,
-           "; ".join(f"{o.key}: {o.outcome}" for o in observations))
+    tier.facts["contracts"] = {
+        o.key: {
+            "outcome": str(o.outcome),
+            "reason": o.reason,
+            "expected": str(expectations["table"][o.key].outcome) if o.key in expectations["table"] else None,
+        }
+        for o in observations
+    }
+    _check(
+        tier,
+        "per-model contracts match expectations",
+        not wrong,
+        "; ".join(f"{o.key}: {o.outcome}" for o in observations),
+    )
     assert not wrong, wrong
 
 
@@ -218,9 +259,15 @@ def _plain_engine(tier):
     from harness.scenarios import bench
 
     cfg = tier.cfg
-    return bench.plain_engine(cfg.model_path, cfg.dtype, cfg.max_model_len, tensor_parallel_size=cfg.tp,
-                              gpu_memory_utilization=cfg.gpu_memory_utilization, attention_backend=cfg.attention_backend,
-                              language_model_only=tier.language_model_only)
+    return bench.plain_engine(
+        cfg.model_path,
+        cfg.dtype,
+        cfg.max_model_len,
+        tensor_parallel_size=cfg.tp,
+        gpu_memory_utilization=cfg.gpu_memory_utilization,
+        attention_backend=cfg.attention_backend,
+        language_model_only=tier.language_model_only,
+    )
 
 
 #: The soak's calls on the GPU (harness.scenarios.soak): the sequence that killed the worker on the H200 before the hand-off
@@ -243,15 +290,19 @@ def test_soak_one_generator_calls_of_every_size(tier):
     result = soak.run(gen, plan, lambda tensors: bound(tier.cfg.dtype, tensors), strict=False)
     rep = result.to_json()
     tier.facts["soak"] = rep
-    _check(tier, "soak: one generator survives calls of every size", result.ok,
-           f"{rep['calls']} calls (seed {SOAK_SEED}), tokens {min(rep['tokens_per_call'])}-{max(rep['tokens_per_call'])}, "
-           f"diff from itself alone: mean {rep['mean_diff_alone']:.3g}, max {rep['max_diff_alone']:.3g} (bound "
-           f"{rep['bound']:.3g}; {rep['calls_over_bound_max']} calls over it at the max); host peak "
-           f"{rep['host_peak_warmup'] >> 20}/{rep['host_peak_after'] >> 20} MiB (warm-up/after), device held by tensors "
-           f"{[b >> 20 for b in rep['device_peak_warmup']]}/{[b >> 20 for b in rep['device_peak_after']]} MiB, "
-           f"reserved by the allocator {[b >> 20 for b in rep.get('device_reserved_peak_warmup', [])]}/"
-           f"{[b >> 20 for b in rep.get('device_reserved_peak_after', [])]} MiB; "
-           f"failures: {rep['failures'] or 'none'}")
+    _check(
+        tier,
+        "soak: one generator survives calls of every size",
+        result.ok,
+        f"{rep['calls']} calls (seed {SOAK_SEED}), tokens {min(rep['tokens_per_call'])}-{max(rep['tokens_per_call'])}, "
+        f"diff from itself alone: mean {rep['mean_diff_alone']:.3g}, max {rep['max_diff_alone']:.3g} (bound "
+        f"{rep['bound']:.3g}; {rep['calls_over_bound_max']} calls over it at the max); host peak "
+        f"{rep['host_peak_warmup'] >> 20}/{rep['host_peak_after'] >> 20} MiB (warm-up/after), device held by tensors "
+        f"{[b >> 20 for b in rep['device_peak_warmup']]}/{[b >> 20 for b in rep['device_peak_after']]} MiB, "
+        f"reserved by the allocator {[b >> 20 for b in rep.get('device_reserved_peak_warmup', [])]}/"
+        f"{[b >> 20 for b in rep.get('device_reserved_peak_after', [])]} MiB; "
+        f"failures: {rep['failures'] or 'none'}",
+    )
     assert not result.failures, result.failures
     assert result.workers_before == result.workers_after, "a worker was replaced"
     assert rep["host_flat"] and rep["device_flat"], rep
@@ -294,17 +345,32 @@ def test_throughput_against_plain_prefill(tier):
         if llm is not None:
             bench.shutdown(llm)
     tokens = sum(lengths)
-    out = {"mode": mode, "pairs": pairs, "tokens": tokens, "prompts": len(prompts), "flop_model": fm,
-           "flops_per_call": per_call, "peak_flops": flops.PEAK_FLOPS,
-           "plain_tokens_per_s": tokens / r["plain_s"]["median"], "extract_tokens_per_s": tokens / r["extract_s"]["median"],
-           "plain_mfu": flops.mfu(per_call, r["plain_s"]["median"]) / cfg.tp,
-           "extract_mfu": flops.mfu(per_call, r["extract_s"]["median"]) / cfg.tp,
-           "ratio": r["ratio"], "plain_s": r["plain_s"], "extract_s": r["extract_s"], "verdict": bench.verdict(r["ratio"])}
+    out = {
+        "mode": mode,
+        "pairs": pairs,
+        "tokens": tokens,
+        "prompts": len(prompts),
+        "flop_model": fm,
+        "flops_per_call": per_call,
+        "peak_flops": flops.PEAK_FLOPS,
+        "plain_tokens_per_s": tokens / r["plain_s"]["median"],
+        "extract_tokens_per_s": tokens / r["extract_s"]["median"],
+        "plain_mfu": flops.mfu(per_call, r["plain_s"]["median"]) / cfg.tp,
+        "extract_mfu": flops.mfu(per_call, r["extract_s"]["median"]) / cfg.tp,
+        "ratio": r["ratio"],
+        "plain_s": r["plain_s"],
+        "extract_s": r["extract_s"],
+        "verdict": bench.verdict(r["ratio"]),
+    }
     tier.facts["throughput_vs_prefill"] = out
     measured = all(v > 0 for v in r["plain_s"]["all"] + r["extract_s"]["all"])
-    _check(tier, "extraction vs plain prefill measured (speed recorded, not asserted)", measured,
-           f"{out['verdict']}; {mode}; plain {out['plain_tokens_per_s']:.0f} tok/s (MFU {out['plain_mfu']:.1%} a GPU), "
-           f"extraction {out['extract_tokens_per_s']:.0f} tok/s (MFU {out['extract_mfu']:.1%} a GPU)")
+    _check(
+        tier,
+        "extraction vs plain prefill measured (speed recorded, not asserted)",
+        measured,
+        f"{out['verdict']}; {mode}; plain {out['plain_tokens_per_s']:.0f} tok/s (MFU {out['plain_mfu']:.1%} a GPU), "
+        f"extraction {out['extract_tokens_per_s']:.0f} tok/s (MFU {out['extract_mfu']:.1%} a GPU)",
+    )
     assert measured
 
 
@@ -316,9 +382,16 @@ def test_zz_shutdown_leaves_no_process(tier):
     ours = {p.pid for p in psutil.Process().children(recursive=True)}
     tier.close()
     gone, alive = psutil.wait_procs([psutil.Process(p) for p in ours if psutil.pid_exists(p)], timeout=30)
-    alive = [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-             and "resource_tracker" not in " ".join(p.cmdline())]
+    alive = [
+        p.pid
+        for p in alive
+        if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline())
+    ]
     on_gpu = sorted(set(gpu_processes()) & ours)
-    _check(tier, "no worker process left after close", not alive and not on_gpu,
-           f"alive children {alive}; children still on a GPU {on_gpu}")
+    _check(
+        tier,
+        "no worker process left after close",
+        not alive and not on_gpu,
+        f"alive children {alive}; children still on a GPU {on_gpu}",
+    )
     assert not alive and not on_gpu

@@ -136,19 +136,25 @@ def test_native_run_contracts(name, natives, record_e2e, record_observation, exp
         _row(record_e2e, name, nr.last_layer)
     if nr.skip:
         if nr.start is None:  # not tried (no such architecture, or no native path): say why once
-            record_e2e(f"native:{name}", "native path runs on this platform (engine start + extraction)", "n/a", nr.skip)
+            record_e2e(
+                f"native:{name}", "native path runs on this platform (engine start + extraction)", "n/a", nr.skip
+            )
         why = nr.skip if nr.start is None else f"not observable: {nr.skip} (see native[{name}])"
         _hold(nx.observe(nx.FILES_CONTRACT, [], subject=name, not_applicable=why), record_observation, expectations)
         not_applicable(nr.skip)
     prompts = prompts_for(nr.model.vocab_size)
     engine_layers = len(nr.exporter.engine_ids)
-    probes = [nx.probe_path_returned(nr.first[0]),
-              nx.probe_layout(nr.first[0], prompts[0], engine_layers, nr.model.hidden_size),
-              nx.probe_write_protocol(nr.first[0], nx.connector_writes_lock_files())]
+    probes = [
+        nx.probe_path_returned(nr.first[0]),
+        nx.probe_layout(nr.first[0], prompts[0], engine_layers, nr.model.hidden_size),
+        nx.probe_write_protocol(nr.first[0], nx.connector_writes_lock_files()),
+    ]
     for probe in probes:
         _row(record_e2e, name, probe)
     _hold(nx.observe(nx.FILES_CONTRACT, probes, subject=name), record_observation, expectations)
-    assert all(e.token_ids == p for e, p in zip(nr.first, prompts, strict=True)), "token_ids read back differ from the prompts"
+    assert all(e.token_ids == p for e, p in zip(nr.first, prompts, strict=True)), (
+        "token_ids read back differ from the prompts"
+    )
 
 
 # -- agreement ----------------------------------------------------------------------------------------------
@@ -169,8 +175,11 @@ def _max_diff(ours_results, theirs, ours_ids: list[int], their_ids: list[int]) -
 
 def _vs_reference(tensors_per_prompt, ref, ids: list[int]) -> float:
     """Max abs diff of [prompt][layer] tensors (in `ids` order) against transformers' [prompt][layer]."""
-    return max(float((t.float().cpu() - r.float().cpu()).abs().max())
-               for ts, rs in zip(tensors_per_prompt, ref, strict=True) for t, r in zip(ts, rs, strict=True))
+    return max(
+        float((t.float().cpu() - r.float().cpu()).abs().max())
+        for ts, rs in zip(tensors_per_prompt, ref, strict=True)
+        for t, r in zip(ts, rs, strict=True)
+    )
 
 
 def _agreement(nr: NativeRun) -> tuple[float, float, str]:
@@ -190,18 +199,25 @@ def _agreement(nr: NativeRun) -> tuple[float, float, str]:
         per_layer = _diffs(ours, nr.first, ids, nr.layer_ids)
         d = max(per_layer.values())
         ref = reference.hidden_states(nr.model.path, prompts, nr.layer_ids)
-        ours_ref = _vs_reference([[r["hidden_states"][ids.index(k)] for k in nr.layer_ids] for r in ours], ref,
-                                 nr.layer_ids)
+        ours_ref = _vs_reference(
+            [[r["hidden_states"][ids.index(k)] for k in nr.layer_ids] for r in ours], ref, nr.layer_ids
+        )
         native_ref = _vs_reference([e.hidden_states for e in nr.first], ref, nr.layer_ids)
         native = nx.map_layer_ids(nr.layer_ids, nr.model.num_layers)
         # Never tighter than 1e-5, never looser than our own accuracy here; where ours is off by more than a
         # platform's precision explains (> UNMAPPED_MIN: e2e then fails or is expected broken), 1e-5 stands.
         tol = max(TOL, ours_ref) if ours_ref <= UNMAPPED_MIN else TOL
-        nr.agreement = d, tol, (f"max abs diff {d:.2e} (tolerance {tol:.1e} = max({TOL:g}, ours vs transformers)) over "
-                                f"{sum(map(len, prompts))} tokens; "
-                           f"speculators ids {nr.layer_ids} = native {native}; per layer "
-                           + ", ".join(f"{k}: {v:.1e}" for k, v in sorted(per_layer.items()))
-                           + f"; vs transformers hidden_states[k+1]: ours {ours_ref:.1e}, native {native_ref:.1e}")
+        nr.agreement = (
+            d,
+            tol,
+            (
+                f"max abs diff {d:.2e} (tolerance {tol:.1e} = max({TOL:g}, ours vs transformers)) over "
+                f"{sum(map(len, prompts))} tokens; "
+                f"speculators ids {nr.layer_ids} = native {native}; per layer "
+                + ", ".join(f"{k}: {v:.1e}" for k, v in sorted(per_layer.items()))
+                + f"; vs transformers hidden_states[k+1]: ours {ours_ref:.1e}, native {native_ref:.1e}"
+            ),
+        )
     return nr.agreement
 
 
@@ -212,8 +228,14 @@ def test_native_agrees_with_ours(name, natives, record_e2e):
     _need(nr, record_e2e, "agrees with ours (mapped ids k -> k+1), float32")
     _need_ours(nr, record_e2e, "agrees with ours (mapped ids k -> k+1), float32")
     d, tol, measured = _agreement(nr)
-    record_e2e(f"native:{name}", "agrees with ours (mapped ids k -> k+1), float32", "pass" if d <= tol else "fail",
-               measured, max_abs_diff=d, tolerance=tol)
+    record_e2e(
+        f"native:{name}",
+        "agrees with ours (mapped ids k -> k+1), float32",
+        "pass" if d <= tol else "fail",
+        measured,
+        max_abs_diff=d,
+        tolerance=tol,
+    )
     assert d <= tol, f"ours and vLLM's native export differ by {d:.2e} > {tol:.1e}: {measured}"
 
 
@@ -258,8 +280,13 @@ def test_unmapped_ids_disagree(name, natives, record_e2e):
         theirs = unmapped.extract(prompts)
     ours = gen.generate(prompts)
     d = _max_diff(ours, theirs, list(gen.layer_ids), nr.layer_ids)
-    record_e2e(f"native:{name}", "unmapped ids (same numbers) must disagree", "pass" if d > UNMAPPED_MIN else "fail",
-               f"max abs diff {d:.3g} (must exceed {UNMAPPED_MIN:g}); native ids {nr.layer_ids} unmapped", max_abs_diff=d)
+    record_e2e(
+        f"native:{name}",
+        "unmapped ids (same numbers) must disagree",
+        "pass" if d > UNMAPPED_MIN else "fail",
+        f"max abs diff {d:.3g} (must exceed {UNMAPPED_MIN:g}); native ids {nr.layer_ids} unmapped",
+        max_abs_diff=d,
+    )
     assert d > UNMAPPED_MIN, "the unmapped ids agree: the comparison cannot tell the conventions apart"
 
 
@@ -288,9 +315,18 @@ def test_throughput_ratio(name, natives, record_e2e):
     assert [len(r["input_ids"]) for r in outs["ours"]] == [len(p) for p in prompts], "ours lost prompts while timed"
     assert [len(e.token_ids) for e in outs["native"]] == [len(p) for p in prompts], "native lost prompts while timed"
     r = result["ratio"]
-    record_e2e(f"native:{name}", "throughput: ours / native (tokens/s)", "measured",
-               f"ratio {r['median']:.2f} (min {r['min']:.2f}, max {r['max']:.2f}; median of {REPEATS} interleaved pairs; "
-               f"ours {tokens / result['extract_s']['median']:.0f} tok/s, native "
-               f"{tokens / result['plain_s']['median']:.0f} tok/s incl. file reads; {len(prompts)} prompts, {tokens} "
-               f"tokens, {len(nr.layer_ids)} layers)", ratio=r["median"], ratio_min=r["min"], ratio_max=r["max"],
-               ours_s=result["extract_s"]["all"], native_s=result["plain_s"]["all"], tokens=tokens)
+    record_e2e(
+        f"native:{name}",
+        "throughput: ours / native (tokens/s)",
+        "measured",
+        f"ratio {r['median']:.2f} (min {r['min']:.2f}, max {r['max']:.2f}; median of {REPEATS} interleaved pairs; "
+        f"ours {tokens / result['extract_s']['median']:.0f} tok/s, native "
+        f"{tokens / result['plain_s']['median']:.0f} tok/s incl. file reads; {len(prompts)} prompts, {tokens} "
+        f"tokens, {len(nr.layer_ids)} layers)",
+        ratio=r["median"],
+        ratio_min=r["min"],
+        ratio_max=r["max"],
+        ours_s=result["extract_s"]["all"],
+        native_s=result["plain_s"]["all"],
+        tokens=tokens,
+    )

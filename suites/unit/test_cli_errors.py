@@ -14,7 +14,9 @@ from harness.support.paths import REPO_ROOT
 
 
 def _harness(*argv: str, cwd=REPO_ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True, timeout=120, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *argv], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
 
 
 def _reports_state() -> dict:
@@ -40,7 +42,10 @@ BAD_INPUT = [
     (["matrix", "--report-dir", "{tmp}/none"], "holds no env reports"),
     (["gate", "bisect", "--contract", "kvlayout", "--between", "0.11.0", "banana"], "'banana' is not a version number"),
     (["gate", "bisect", "--contract", "nosuch"], "unknown contract 'nosuch'"),
-    (["gate", "--from", "0.32.0", "--to", "0.17.0", "--json", "/proc/x.json"], "--json /proc/x.json: cannot write there"),
+    (
+        ["gate", "--from", "0.32.0", "--to", "0.17.0", "--json", "/proc/x.json"],
+        "--json /proc/x.json: cannot write there",
+    ),
     (["gate", "--from", "0.32.0", "--to", "{tmp}/missing"], "missing': no such file or folder"),
     (["gate", "--from", "0.32.0", "--to", "{in}/vllm-0.99.0-cp38-abi3-linux_x86_64.whl"], "could not be read"),
     (["gate", "--from", "0.32.0", "--to", "0.17.0", "--allowlist", "{in}/allow.toml"], "allow.toml: Expected"),
@@ -53,6 +58,7 @@ def test_a_refusal_is_one_line_exit_2_and_writes_nothing(argv, says, tmp_path):
     pytest.importorskip("griffe")  # the unit env; vLLM itself must be absent for the first cases
     try:
         import vllm  # noqa: F401
+
         if argv[0] in ("envfix", "bench"):
             pytest.skip("vLLM is installed here: the command has what it needs")
     except ImportError:
@@ -71,12 +77,16 @@ def test_a_refusal_is_one_line_exit_2_and_writes_nothing(argv, says, tmp_path):
 
 def test_the_gate_without_its_extra_names_it():
     """griffe (the gate's extra) made unimportable in the real entry point: one line naming the extra, exit 2."""
-    code = ("import sys; sys.modules['griffe'] = None; from harness.cli import main; "
-            "sys.exit(main(['gate', '--from', '0.32.0', '--to', '0.17.0']))")
+    code = (
+        "import sys; sys.modules['griffe'] = None; from harness.cli import main; "
+        "sys.exit(main(['gate', '--from', '0.32.0', '--to', '0.17.0']))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert out.returncode == 2, out.stdout + out.stderr
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "needs the harness's [gate] extra (in a checkout: pip install '.[gate]')" in lines[0], out.stderr
+    assert len(lines) == 1 and "needs the harness's [gate] extra (in a checkout: pip install '.[gate]')" in lines[0], (
+        out.stderr
+    )
 
 
 def test_an_internal_error_is_70_never_a_verdict(monkeypatch, capsys):

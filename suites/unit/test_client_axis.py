@@ -18,8 +18,14 @@ AGREES = "speculators 0.9.0 via vllm serve agrees with ours at the mapped ids"
 
 
 def test_first_client_names_its_shims_and_never_counts_the_native_rows():
-    rep = _rep([("sched", "shimmed"), ("embed[tiny-llama]", "shimmed"), ("import", "native"),
-                ("native[tiny-llama]", "shimmed")])
+    rep = _rep(
+        [
+            ("sched", "shimmed"),
+            ("embed[tiny-llama]", "shimmed"),
+            ("import", "native"),
+            ("native[tiny-llama]", "shimmed"),
+        ]
+    )
     cell = ca.cells(rep, "pass")["0.3.0"]
     assert cell["verdict"] == ca.SHIMMED and cell["shims"] == ["embed", "sched"]
     assert ca.cells(_rep([("import", "native")]), "pass")["0.3.0"]["verdict"] == ca.WORKS
@@ -30,16 +36,24 @@ def test_first_client_names_its_shims_and_never_counts_the_native_rows():
 
 
 def test_native_client_verdicts():
-    ok = [_e2e(client_row(m), AGREES, "pass", "agrees (…; harness.native.sync_writer's connector (…))")
-          for m in ("tiny-llama", "tiny-kimi-k25")]
+    ok = [
+        _e2e(client_row(m), AGREES, "pass", "agrees (…; harness.native.sync_writer's connector (…))")
+        for m in ("tiny-llama", "tiny-kimi-k25")
+    ]
     cell = ca.cells(_rep(e2e=ok), "pass")["0.9.0"]
     assert cell["verdict"] == ca.SHIMMED and cell["shims"] == ["sync_writer"] and "tiny-kimi-k25" in cell["why"]
     gpu = [_e2e(client_row("tiny-llama"), AGREES, "pass", "agrees (…; vLLM's own connector)")]
     assert ca.cells(_rep(e2e=gpu), "pass")["0.9.0"]["verdict"] == ca.WORKS
     dead = [_e2e(client_row("tiny-llama"), AGREES, "fail", "the server path fails: vllm serve exited")]
     assert ca.cells(_rep(e2e=dead), "pass", "reports/vllm017.json")["0.9.0"] == {
-        "verdict": ca.NOT_ON_CPU, "shims": [], "complete": True, "build": "cpu", "evidence": ["reports/vllm017.json"],
-        "why": "tiny-llama: the server path fails: vllm serve exited", "fault": ca.CPU_BUILD_FAULT}
+        "verdict": ca.NOT_ON_CPU,
+        "shims": [],
+        "complete": True,
+        "build": "cpu",
+        "evidence": ["reports/vllm017.json"],
+        "why": "tiny-llama: the server path fails: vllm serve exited",
+        "fault": ca.CPU_BUILD_FAULT,
+    }
     none = [_e2e(client_row("tiny-llama"), AGREES, "n/a", "no native hidden-state export in this vLLM")]
     assert ca.cells(_rep(e2e=none), "pass")["0.9.0"]["verdict"] == ca.NOT_RUNNABLE
     assert ca.cells(_rep(), "pass")["0.9.0"]["verdict"] == ca.NOT_OBSERVED
@@ -112,8 +126,7 @@ def test_cuda_cells_come_from_the_committed_gpu_reports():
 def _tier_report(failed: str | None, **facts) -> dict:
     from harness.gpu.tier import ALONE_CHECK
 
-    checks = [{"check": c, "result": "fail" if c == failed else "pass"}
-              for c in ("same batch twice", ALONE_CHECK)]
+    checks = [{"check": c, "result": "fail" if c == failed else "pass"} for c in ("same batch twice", ALONE_CHECK)]
     return {"checks": checks, **facts}
 
 
@@ -122,10 +135,15 @@ def test_a_tier_run_that_is_not_repeatable_blames_the_module_the_diagnosis_found
     inputs (harness.gpu.module_determinism)."""
     from harness.reporting import builds
 
-    rep = _tier_report("same batch twice", nondeterministic_module={
-        "culprit": {"module": "model.layers.1.mlp.experts", "class": "MoERunner", "max_abs_diff": 0.03}})
+    rep = _tier_report(
+        "same batch twice",
+        nondeterministic_module={
+            "culprit": {"module": "model.layers.1.mlp.experts", "class": "MoERunner", "max_abs_diff": 0.03}
+        },
+    )
     assert builds._tier_fault({"m": (None, rep)}) == (
-        "vLLM: on m, MoERunner (model.layers.1.mlp.experts) differs on equal inputs")
+        "vLLM: on m, MoERunner (model.layers.1.mlp.experts) differs on equal inputs"
+    )
 
 
 def test_a_prompt_that_changes_with_its_batch_is_blamed_on_vllm_with_the_layers_it_shows_in():
@@ -135,8 +153,10 @@ def test_a_prompt_that_changes_with_its_batch_is_blamed_on_vllm_with_the_layers_
     from harness.reporting import builds
 
     rep = _tier_report(ALONE_CHECK, alone_vs_batch_by_layer={"2": 7.7, "10": 9.0, "0": 0.25})
-    assert builds._tier_fault({"m": (None, rep)}) == ("vLLM: on m, a prompt's states change with the rest of its "
-                                                      "batch (largest difference by captured layer: 0: 0.25, 2: 7.7, 10: 9)")
+    assert builds._tier_fault({"m": (None, rep)}) == (
+        "vLLM: on m, a prompt's states change with the rest of its "
+        "batch (largest difference by captured layer: 0: 0.25, 2: 7.7, 10: 9)"
+    )
     assert builds._tier_fault({"m": (None, _tier_report("same batch twice"))}) == "see the tier report"
     passing = _tier_report(None, alone_vs_batch_by_layer={"0": 0.0})
     assert builds._tier_fault({"m": (None, passing)}) == "see the tier report"

@@ -50,10 +50,21 @@ def test_a_contract_module_declares_every_part(module):
 
 
 #: How many arguments each attach site passes (harness.contracts.base.Attach documents them).
-ATTACH_ARITY = {Attach.IMPORT: 0, Attach.ENV: 0, Attach.GENERATOR: 3, Attach.EXECUTOR: 2, Attach.RPC_REPLY: 3,
-                Attach.STEP: 2, Attach.BATCH_START: 2, Attach.WORKER: 1, Attach.WORKER_GLOBALS: 3,
-                Attach.WORKER_AFTER: 1, Attach.WORKER_STATES: 2, Attach.WORKER_ROWS: 3,
-                Attach.WORKER_RESET: 1}
+ATTACH_ARITY = {
+    Attach.IMPORT: 0,
+    Attach.ENV: 0,
+    Attach.GENERATOR: 3,
+    Attach.EXECUTOR: 2,
+    Attach.RPC_REPLY: 3,
+    Attach.STEP: 2,
+    Attach.BATCH_START: 2,
+    Attach.WORKER: 1,
+    Attach.WORKER_GLOBALS: 3,
+    Attach.WORKER_AFTER: 1,
+    Attach.WORKER_STATES: 2,
+    Attach.WORKER_ROWS: 3,
+    Attach.WORKER_RESET: 1,
+}
 
 
 def test_every_attach_point_has_its_arity_and_an_applying_site():
@@ -71,20 +82,27 @@ def test_no_site_wires_a_contract_by_name():
     root = CONTRACTS_DIR.parent
     for f in ("executor_view.py", "worker.py"):
         text = (root / "runtime" / f).read_text()
-        named = [i for i in contracts.IDS if f"contracts import {contracts.module_name(i)}" in text
-                 or f"{contracts.module_name(i)}.CONTRACT" in text
-                 or re.search(rf'"{i}"\s*(not in|in|==)|==\s*"{i}"', text)]
+        named = [
+            i
+            for i in contracts.IDS
+            if f"contracts import {contracts.module_name(i)}" in text
+            or f"{contracts.module_name(i)}.CONTRACT" in text
+            or re.search(rf'"{i}"\s*(not in|in|==)|==\s*"{i}"', text)
+        ]
         assert not named, f"{f} names contracts {named}"
 
 
 def test_the_gate_tables_are_derived_from_the_contract_modules():
     from harness.gate.read import contract_checks, coverage
 
-    assert "def " not in contract_checks.__doc__ and len([m for m in contracts.modules() if m.CONTRACT.gate_checks]) >= 10
+    assert (
+        "def " not in contract_checks.__doc__ and len([m for m in contracts.modules() if m.CONTRACT.gate_checks]) >= 10
+    )
 
     assert {c.contract for c in coverage.COVERS} <= set(contracts.IDS)
-    assert {cid for cid, _ in coverage.OUTSIDE.items()} == {m.CONTRACT.id for m in contracts.modules()
-                                                            if m.CONTRACT.gate_outside}
+    assert {cid for cid, _ in coverage.OUTSIDE.items()} == {
+        m.CONTRACT.id for m in contracts.modules() if m.CONTRACT.gate_outside
+    }
     assert coverage.validate(contracts.ids()) == []
     twophase = next(c for c in coverage.COVERS if c.contract == "twophase")
     assert twophase.shim == "harness.contracts.twophase.sample_after_step"

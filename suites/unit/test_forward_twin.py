@@ -44,19 +44,19 @@ class Stack(torch.nn.Module):
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
         h, r = self.get_input_embeddings(input_ids) * self.scale, None
-        for layer in self.layers[self.start_layer:self.end_layer]:
+        for layer in self.layers[self.start_layer : self.end_layer]:
             h, r = layer(positions=positions, hidden_states=h, residual=r)
         return self.norm(h, r)[0]
 
 
 class Scaled(Stack):
-    scale = 8.0 ** 0.5  # as Gemma-2's forward multiplies by sqrt(hidden_size)
+    scale = 8.0**0.5  # as Gemma-2's forward multiplies by sqrt(hidden_size)
 
 
 def replacement(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
     """speculators 0.3.0's loop, as its custom_worker runs it."""
     h, r = self.get_input_embeddings(input_ids), None
-    for layer in self.layers[self.start_layer:self.end_layer]:
+    for layer in self.layers[self.start_layer : self.end_layer]:
         h, r = layer(hidden_states=h, positions=positions, residual=r)
     return self.norm(h, r)[0]
 

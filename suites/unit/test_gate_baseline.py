@@ -9,11 +9,25 @@ from harness.gate.obtain.baseline import WRITTEN_FOR, last_known_good
 
 
 def _report(status_pass: bool) -> dict:
-    row = {"contract": "sched", "outcome": "native", "expected": "native", "reason": "r",
-           "proof": {"result": "not needed here", "evidence": "x"}}
-    return {"status": "pass", "contracts": [row], "mismatched": [], "unexpected": [], "stale_expectations": [],
-            "not_observed": [], "tests": {"passed": 1, "failed": 0 if status_pass else 1}, "skips": [],
-            "selection": {"subset": [], "stopped_early": None}, "interrupted": None}
+    row = {
+        "contract": "sched",
+        "outcome": "native",
+        "expected": "native",
+        "reason": "r",
+        "proof": {"result": "not needed here", "evidence": "x"},
+    }
+    return {
+        "status": "pass",
+        "contracts": [row],
+        "mismatched": [],
+        "unexpected": [],
+        "stale_expectations": [],
+        "not_observed": [],
+        "tests": {"passed": 1, "failed": 0 if status_pass else 1},
+        "skips": [],
+        "selection": {"subset": [], "stopped_early": None},
+        "interrupted": None,
+    }
 
 
 def test_newest_passing_report_is_the_reference(tmp_path):
@@ -55,6 +69,7 @@ def test_bisect_finds_a_change_made_and_later_undone_and_reads_each_release_once
         def changed(v):
             read.append(v)
             return v in versions
+
         return changed
 
     assert locate(releases, changed_in({"0.3", "0.4"})) == ("0.3", "0.2", "0.5")

@@ -52,8 +52,12 @@ def _elf(section: bytes) -> bytes:
 def test_prune_keeps_the_architecture_s_code_and_the_ptx_a_container_without_it_needs(tmp_path):
     sm90, sm80, ptx80 = b"\x90" * 40, b"\x80" * 48, b"\x08" * 32
     so = tmp_path / "_C.abi3.so"
-    so.write_bytes(_elf(_container(_entry(fatbin.ELF, 80, sm80), _entry(fatbin.ELF, 90, sm90))
-                        + _container(_entry(fatbin.ELF, 80, sm80), _entry(fatbin.PTX, 80, ptx80))))
+    so.write_bytes(
+        _elf(
+            _container(_entry(fatbin.ELF, 80, sm80), _entry(fatbin.ELF, 90, sm90))
+            + _container(_entry(fatbin.ELF, 80, sm80), _entry(fatbin.PTX, 80, ptx80))
+        )
+    )
     before = so.read_bytes()
     zeroed, kept = fatbin.prune(so, 90)
     after = so.read_bytes()
@@ -128,17 +132,22 @@ def test_the_installer_waits_for_every_part_then_installs_and_imports_the_bundle
     whl = _wheel(tmp_path / "toy-1.0-py3-none-any.whl", {"toy/__init__.py": b"X = 1\n"}).read_bytes()
     half = len(archive) // 2
     files = {"vllm.tar.xz.000": archive[:half], "vllm.tar.xz.001": archive[half:], "toy-1.0-py3-none-any.whl": whl}
-    manifest = {"vllm": "9.9.9", "arch": "sm_90", "archive": "vllm.tar.xz",
-                "archive_sha256": hashlib.sha256(archive).hexdigest(),
-                "parts": {"part1": ["vllm.tar.xz.000"], "part2": ["toy-1.0-py3-none-any.whl", "vllm.tar.xz.001"]},
-                "files": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}}
+    manifest = {
+        "vllm": "9.9.9",
+        "arch": "sm_90",
+        "archive": "vllm.tar.xz",
+        "archive_sha256": hashlib.sha256(archive).hexdigest(),
+        "parts": {"part1": ["vllm.tar.xz.000"], "part2": ["toy-1.0-py3-none-any.whl", "vllm.tar.xz.001"]},
+        "files": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()},
+    }
     _part(tmp_path / "b" / "part1", {"vllm.tar.xz.000": files["vllm.tar.xz.000"]}, manifest)
     _part(tmp_path / "b" / "part2", {n: files[n] for n in manifest["parts"]["part2"]}, manifest)
     env = dict(os.environ, PY=sys.executable, SITE=str(tmp_path / "site"), STAGE=str(tmp_path / "stage"))
 
     def install(part: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", str(tmp_path / "b" / part / "install.sh")], env=env, capture_output=True,
-                              text=True, timeout=120)
+        return subprocess.run(
+            ["bash", str(tmp_path / "b" / part / "install.sh")], env=env, capture_output=True, text=True, timeout=120
+        )
 
     first = install("part2")
     assert first.returncode == 10 and "waiting for part1" in first.stdout, first.stderr

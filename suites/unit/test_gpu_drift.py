@@ -20,7 +20,9 @@ def _checkpoint(path, weight: torch.Tensor):
 
 def _results(scale: float = 1.0):
     g = torch.Generator().manual_seed(0)
-    return [{"hidden_states": [torch.randn(5, 4, generator=g) * scale, torch.randn(5, 4, generator=g)]} for _ in range(2)]
+    return [
+        {"hidden_states": [torch.randn(5, 4, generator=g) * scale, torch.randn(5, 4, generator=g)]} for _ in range(2)
+    ]
 
 
 def test_a_rebuilt_checkpoint_in_another_folder_keeps_its_key(tmp_path):
@@ -28,8 +30,10 @@ def test_a_rebuilt_checkpoint_in_another_folder_keeps_its_key(tmp_path):
     a = _checkpoint(tmp_path / "tiny-llama-aaaa", w)
     b = tmp_path / "tiny-llama-bbbb"
     shutil.copytree(a, b)
+
     def key(p, **kw):
         return gpu_tier.run_key(p, kw.get("tp", 1), "bfloat16", [[1, 2, 3]], kw.get("layers", [0, 1]))["key"]
+
     assert key(a) == key(b)
     assert key(a) != key(a, tp=2) and key(a) != key(a, layers=[1])
     c = _checkpoint(tmp_path / "tiny-llama-aaaa-changed", w + torch.tensor([[0, 0, 0, 1e-3], [0, 0, 0, 0]]))
@@ -48,8 +52,12 @@ def test_identical_states_no_drift_one_changed_value_drift_and_no_baseline_is_di
 
 
 def test_baseline_is_the_newest_earlier_report_with_the_same_key(tmp_path):
-    for name, key in (("2026-11-29-tiny-llama-aaaa-tp1-bfloat16.json", "k"), ("2026-11-30-other.json", "other"),
-                      ("2026-12-01-tiny-llama-bbbb-tp1-bfloat16.json", "k"), ("2026-12-02-x.json", "k")):
+    for name, key in (
+        ("2026-11-29-tiny-llama-aaaa-tp1-bfloat16.json", "k"),
+        ("2026-11-30-other.json", "other"),
+        ("2026-12-01-tiny-llama-bbbb-tp1-bfloat16.json", "k"),
+        ("2026-12-02-x.json", "k"),
+    ):
         (tmp_path / name).write_text(json.dumps({"run_key": {"key": key}, "fingerprint": {}}))
     name, _ = gpu_tier.baseline(tmp_path, "k", "2026-12-02")
     assert name.startswith("2026-12-01-tiny-llama-bbbb")
@@ -64,7 +72,8 @@ def test_the_committed_reports_are_a_baseline_for_a_run_that_writes_elsewhere(tm
     out.mkdir()
     (committed / "2026-12-03-tiny-llama-tp1-bfloat16.json").write_text(json.dumps({"run_key": {"key": "k"}}))
     (out / "2026-12-03-tiny-llama-tp1-bfloat16.json").write_text(json.dumps({"run_key": {"key": "k"}, "mine": 1}))
-    name, rep = gpu_tier.baseline([out, committed], "k", "2026-12-03",
-                                  exclude=out / "2026-12-03-tiny-llama-tp1-bfloat16.json")
+    name, rep = gpu_tier.baseline(
+        [out, committed], "k", "2026-12-03", exclude=out / "2026-12-03-tiny-llama-tp1-bfloat16.json"
+    )
     assert name == "2026-12-03-tiny-llama-tp1-bfloat16.json" and "mine" not in rep
     assert gpu_tier.baseline([out], "k", "2026-12-03", exclude=out / "2026-12-03-tiny-llama-tp1-bfloat16.json") is None

@@ -9,18 +9,20 @@ def _x(cat, name, ts, dur, **args):
 
 
 def test_kernels_copies_and_runtime_calls_are_summed_per_stream():
-    trace = {"traceEvents": [
-        _x("kernel", "gemm", 0, 100, stream=7),
-        _x("kernel", "gemm", 50, 100, stream=7),        # overlaps the first: covered 150, summed 200
-        _x("kernel", "rmsnorm", 400, 20, stream=7),     # after a 250 us gap: idle
-        _x("kernel", "rmsnorm", 430, 10, stream=7),     # after a 10 us gap: launch spacing, not idle
-        _x("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 100, 300, stream=9, bytes=3 << 20),
-        _x("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 500, 100, stream=9, bytes=1 << 20),
-        _x("cuda_runtime", "cudaMemcpyAsync", 90, 5),
-        _x("cuda_runtime", "cudaMemcpyAsync", 490, 2000),
-        _x("cuda_runtime", "cudaLaunchKernel", 0, 3),
-        {"ph": "i", "name": "marker", "ts": 1},           # not a complete event: ignored
-    ]}
+    trace = {
+        "traceEvents": [
+            _x("kernel", "gemm", 0, 100, stream=7),
+            _x("kernel", "gemm", 50, 100, stream=7),  # overlaps the first: covered 150, summed 200
+            _x("kernel", "rmsnorm", 400, 20, stream=7),  # after a 250 us gap: idle
+            _x("kernel", "rmsnorm", 430, 10, stream=7),  # after a 10 us gap: launch spacing, not idle
+            _x("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 100, 300, stream=9, bytes=3 << 20),
+            _x("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 500, 100, stream=9, bytes=1 << 20),
+            _x("cuda_runtime", "cudaMemcpyAsync", 90, 5),
+            _x("cuda_runtime", "cudaMemcpyAsync", 490, 2000),
+            _x("cuda_runtime", "cudaLaunchKernel", 0, 3),
+            {"ph": "i", "name": "marker", "ts": 1},  # not a complete event: ignored
+        ]
+    }
     s = gpu_trace.summarise(trace)
     compute = s["streams"]["7"]
     assert compute["kernels"] == 4

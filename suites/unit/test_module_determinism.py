@@ -109,8 +109,11 @@ def _atomic_like_aligner(topk_ids, block_size, num_experts):
         padded = -(-slots.numel() // block_size) * block_size
         ids += slots.tolist() + [pad] * (padded - slots.numel())
         experts += [e] * (padded // block_size)
-    return (torch.tensor(ids, dtype=torch.int32), torch.tensor(experts, dtype=torch.int32),
-            torch.tensor([len(ids)], dtype=torch.int32))
+    return (
+        torch.tensor(ids, dtype=torch.int32),
+        torch.tensor(experts, dtype=torch.int32),
+        torch.tensor([len(ids)], dtype=torch.int32),
+    )
 
 
 def test_the_probe_sees_layouts_that_differ_and_the_shim_makes_them_one():

@@ -59,8 +59,10 @@ def test_read_export_waits_for_the_writers_lock(tmp_path):
     path = str(tmp_path / "req-0.safetensors")
     fd = os.open(path + ".lock", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    tensors = {"hidden_states": torch.arange(24, dtype=torch.float32).reshape(4, 2, 3),
-               "token_ids": torch.tensor([5, 6, 7, 8])}
+    tensors = {
+        "hidden_states": torch.arange(24, dtype=torch.float32).reshape(4, 2, 3),
+        "token_ids": torch.tensor([5, 6, 7, 8]),
+    }
     released = []
 
     def writer():
@@ -119,7 +121,10 @@ VLLM_LOG = """\
 def test_root_cause_is_the_first_real_exception():
     """What reaches the caller is a wrapper; the report needs the worker's own exception and where it was raised."""
     cause = nx.root_cause(VLLM_LOG)
-    assert cause == "ValueError: too many values to unpack (expected 2) @ vllm/v1/worker/gpu_model_runner.py:5546 in _dummy_run"
+    assert (
+        cause
+        == "ValueError: too many values to unpack (expected 2) @ vllm/v1/worker/gpu_model_runner.py:5546 in _dummy_run"
+    )
     assert nx.root_cause("INFO all good\n") is None
 
 
@@ -135,15 +140,24 @@ COLOURED_LOG = (
 def test_root_cause_reads_through_terminal_colours():
     """Found on 0.11.0: the server's coloured prefix hid the exception line, and the cause became the log's last line."""
     assert nx.root_cause(COLOURED_LOG) == (
-        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig")
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig"
+    )
 
 
 def test_platform_failures_are_not_retried_with_other_layers():
     """A CUDA-only stream on a CPU build is the platform's failure; an IndexError in a model's loop is not."""
-    cuda = nx.NativeExportError("extract", RuntimeError("EngineCore encountered an issue"),
-                                "torch.AcceleratorError: CUDA error: CUDA driver version is insufficient", "")
-    index = nx.NativeExportError("extract", RuntimeError("EngineCore encountered an issue"),
-                                 "IndexError: list index out of range @ vllm/model_executor/models/llama.py:400", "")
+    cuda = nx.NativeExportError(
+        "extract",
+        RuntimeError("EngineCore encountered an issue"),
+        "torch.AcceleratorError: CUDA error: CUDA driver version is insufficient",
+        "",
+    )
+    index = nx.NativeExportError(
+        "extract",
+        RuntimeError("EngineCore encountered an issue"),
+        "IndexError: list index out of range @ vllm/model_executor/models/llama.py:400",
+        "",
+    )
     assert nx.platform_failure(cuda) and not nx.platform_failure(index)
 
 
@@ -160,8 +174,9 @@ def test_observe_native_when_every_probe_holds():
 
 
 def test_observe_broken_names_the_first_failing_probe():
-    obs = nx.observe(nx.FILES_CONTRACT, [_probe("path"), _probe("layout", holds=False), _probe("x", ok=False)],
-                     subject="m")
+    obs = nx.observe(
+        nx.FILES_CONTRACT, [_probe("path"), _probe("layout", holds=False), _probe("x", ok=False)], subject="m"
+    )
     assert obs.outcome.value == "broken" and "layout" in obs.reason and "ContractViolated" in obs.reason
     raised = nx.observe(nx.CONFIG_CONTRACT, [_probe("config", ok=False)], subject="m")
     assert raised.outcome.value == "broken"

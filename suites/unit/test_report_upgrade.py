@@ -10,11 +10,26 @@ from harness.reporting import matrix, report
 
 
 def _v1_report() -> dict:
-    rows = [{"contract": k.replace("[tiny-llama]", "[llama]").replace("[tiny-deepseek-v3]", "[deepseek_v3]")
-             .replace("[tiny-kimi-k25]", "[kimi_k25]"), "outcome": "native", "proof": {"result": "not needed here"}}
-            for k in contracts.keys() if "tiny-qwen3" not in k]  # noqa: SIM118 - the registry's keys(), not a dict
-    return {"schema": "harness-env-report/1", "contracts": rows, "mismatched": [], "unexpected": [],
-            "not_observed": ["embed[llama]"], "stale_expectations": [], "tiers": {"contracts": {}}}
+    rows = [
+        {
+            "contract": k.replace("[tiny-llama]", "[llama]")
+            .replace("[tiny-deepseek-v3]", "[deepseek_v3]")
+            .replace("[tiny-kimi-k25]", "[kimi_k25]"),
+            "outcome": "native",
+            "proof": {"result": "not needed here"},
+        }
+        for k in contracts.keys()  # noqa: SIM118 - the registry's keys(), not a dict
+        if "tiny-qwen3" not in k
+    ]
+    return {
+        "schema": "harness-env-report/1",
+        "contracts": rows,
+        "mismatched": [],
+        "unexpected": [],
+        "not_observed": ["embed[llama]"],
+        "stale_expectations": [],
+        "tiers": {"contracts": {}},
+    }
 
 
 def test_schema_1_rows_are_rekeyed_by_fixture(tmp_path):
@@ -32,6 +47,13 @@ def test_a_report_older_than_a_fixture_is_not_pass():
     status, gaps = matrix._predates(rep, "pass", [])
     assert status == "incomplete"
     assert "embed[tiny-qwen3]" in gaps[0]["what"] and "embed[tiny-llama]" not in gaps[0]["what"]
-    whole = dict(rep, contracts=rep["contracts"] + [{"contract": k} for k in contracts.keys()  # noqa: SIM118 - as above
-                                                               if "tiny-qwen3" in k])
+    whole = dict(
+        rep,
+        contracts=rep["contracts"]
+        + [
+            {"contract": k}
+            for k in contracts.keys()  # noqa: SIM118 - as above
+            if "tiny-qwen3" in k
+        ],
+    )
     assert matrix._predates(whole, "pass", []) == ("pass", [])

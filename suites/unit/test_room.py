@@ -14,13 +14,17 @@ from harness.testing import room
 @pytest.fixture
 def live():
     """Three 'generators' whose one worker each is a real process holding ~64, ~128 and ~32 MiB."""
-    procs = [subprocess.Popen([sys.executable, "-c", f"b = bytearray({mib} << 20); import time; time.sleep(60)"])
-             for mib in (64, 128, 32)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", f"b = bytearray({mib} << 20); import time; time.sleep(60)"])
+        for mib in (64, 128, 32)
+    ]
     import time
 
     time.sleep(1.5)
-    yield [(name, SimpleNamespace(real_executor=SimpleNamespace(workers=[SimpleNamespace(proc=p)])))
-           for name, p in zip(("a", "b", "c"), procs, strict=True)]
+    yield [
+        (name, SimpleNamespace(real_executor=SimpleNamespace(workers=[SimpleNamespace(proc=p)])))
+        for name, p in zip(("a", "b", "c"), procs, strict=True)
+    ]
     for p in procs:
         p.kill()
         p.wait()

@@ -31,7 +31,11 @@ def test_the_folder_is_the_released_shape_with_int4_experts_and_no_weights(tmp_p
     text = cfg["text_config"]
     assert cfg["architectures"] == ["KimiK25ForConditionalGeneration"] and text["num_hidden_layers"] == 3
     assert (text["hidden_size"], text["n_routed_experts"], text["num_experts_per_tok"], text["vocab_size"]) == (
-        7168, 384, 8, 163840)
+        7168,
+        384,
+        8,
+        163840,
+    )
     weights = text["quantization_config"]["config_groups"]["group_0"]["weights"]
     assert (weights["num_bits"], weights["group_size"], weights["symmetric"]) == (4, 32, True)
     assert text["quantization_config"]["format"] == "pack-quantized"
@@ -67,8 +71,9 @@ def test_every_tensor_is_seeded_by_name_at_a_trained_models_scales():
         m = torch.nn.Module()
         m.input_layernorm = torch.nn.Module()
         m.input_layernorm.weight = torch.nn.Parameter(torch.full((64,), float("nan")), requires_grad=False)
-        m.o_proj_weight = torch.nn.Parameter(torch.full((64, 256), float("nan"), dtype=torch.bfloat16),
-                                             requires_grad=False)
+        m.o_proj_weight = torch.nn.Parameter(
+            torch.full((64, 256), float("nan"), dtype=torch.bfloat16), requires_grad=False
+        )
         m.w13_weight_packed = torch.nn.Parameter(torch.empty(4, 256, dtype=torch.int32), requires_grad=False)
         m.w2_weight_packed = torch.nn.Parameter(torch.empty(4, 64, dtype=torch.int32), requires_grad=False)
         m.w2_weight_shape = torch.nn.Parameter(torch.full((4, 2), 7, dtype=torch.int32), requires_grad=False)
@@ -96,10 +101,17 @@ def test_the_entry_point_is_the_one_pyproject_declares_and_a_checkout_can_expose
     group, name, target = seeded_loader.ENTRY_POINT
     assert declared[group][name] == target
     seeded_loader.write_entry_point(tmp_path)
-    code = ("from importlib.metadata import entry_points; "
-            f"print([e.value for e in entry_points(group={group!r}) if e.name == {name!r}])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(tmp_path)}).stdout
+    code = (
+        "from importlib.metadata import entry_points; "
+        f"print([e.value for e in entry_points(group={group!r}) if e.name == {name!r}])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    ).stdout
     assert target in out
 
 
@@ -127,8 +139,10 @@ def test_the_full_depth_config_is_kimi_k2_5_s_size():
 def test_the_loader_registers_only_where_the_harness_asked(tmp_path):
     """vLLM loads general plugins in every process; the hook does nothing (imports nothing of vLLM) unless a seeded
     folder was asked for, which sets SEEDED_ENV for the processes vLLM starts."""
-    code = ("import sys; from harness.gpu import seeded_loader; seeded_loader.register(); "
-            "print('vllm.model_executor.model_loader' in sys.modules)")
+    code = (
+        "import sys; from harness.gpu import seeded_loader; seeded_loader.register(); "
+        "print('vllm.model_executor.model_loader' in sys.modules)"
+    )
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_SEEDED_LOADER"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
     assert out.strip() == "False"

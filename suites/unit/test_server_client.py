@@ -27,8 +27,11 @@ def test_serve_args_carry_the_native_export_as_speculators_launcher_does(tmp_pat
     assert args[:5] == [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", "/m"]
     spec = json.loads(args[args.index("--speculative-config") + 1])
     kv = json.loads(args[args.index("--kv-transfer-config") + 1])
-    assert spec == {"method": "extract_hidden_states", "num_speculative_tokens": 1,
-                    "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [2, 3, 4]}}}
+    assert spec == {
+        "method": "extract_hidden_states",
+        "num_speculative_tokens": 1,
+        "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [2, 3, 4]}},
+    }
     assert kv["kv_connector"] == "ExampleHiddenStatesConnector" and kv["kv_role"] == "kv_producer"
     assert kv["kv_connector_extra_config"]["shared_storage_path"] == str(tmp_path)
     assert args[args.index("--host") + 1] == HOST and "--no-enable-chunked-prefill" in args
@@ -42,7 +45,6 @@ def test_port_check_sees_a_listening_socket():
     assert not port_taken(free_port())
 
 
-
 def test_hs_connectors_surface_fixture_is_what_its_source_says():
     """fixtures/surfaces/hs-connectors-0.9.0.json is derived from the released wheel by AST: a fresh parse equals it,
     and it holds the vLLM internals the connectors stand on (the base class, the example connector they subclass)."""
@@ -51,15 +53,22 @@ def test_hs_connectors_surface_fixture_is_what_its_source_says():
     committed = json.loads(cs.fixture_path("0.9.0").read_text())
     assert committed == json.loads(json.dumps(cs.parse("0.9.0"), sort_keys=True))
     imports = set(committed["vllm_imports"])
-    assert {"vllm.distributed.kv_transfer.kv_connector.v1.base:KVConnectorBase_V1",
-            "vllm.v1.kv_cache_interface:HiddenStateCacheSpec"} <= imports
+    assert {
+        "vllm.distributed.kv_transfer.kv_connector.v1.base:KVConnectorBase_V1",
+        "vllm.v1.kv_cache_interface:HiddenStateCacheSpec",
+    } <= imports
     fp8 = committed["modules"]["hs_connectors.fp8_hidden_states_connector"]["classes"]["FP8HiddenStatesConnector"]
     assert "_write_tensors" in fp8["methods"] and fp8["bases"] == ["_eh_mod.ExampleHiddenStatesConnector"]
 
 
-@pytest.mark.parametrize("version, label", [("0.6.0", "safetensors load_file"),
-                                            ("0.8.0", "hs-connectors 0.8.0 FileTransfer.get_generated(handle)"),
-                                            ("0.9.0", "hs-connectors 0.9.0 FileTransfer.get_generated(hs_transfer_params)")])
+@pytest.mark.parametrize(
+    "version, label",
+    [
+        ("0.6.0", "safetensors load_file"),
+        ("0.8.0", "hs-connectors 0.8.0 FileTransfer.get_generated(handle)"),
+        ("0.9.0", "hs-connectors 0.9.0 FileTransfer.get_generated(hs_transfer_params)"),
+    ],
+)
 def test_a_release_reads_through_the_hs_connectors_it_pins_and_waits_on_the_writers_lock(tmp_path, version, label):
     """The reader is the pinned hs-connectors' own FileTransfer (imported from that release's wheel, not whatever is
     installed), called as its signature asks; it waits while the writer holds `<file>.lock` and reads what the writer
@@ -79,8 +88,7 @@ def test_a_release_reads_through_the_hs_connectors_it_pins_and_waits_on_the_writ
         save_file({"token_ids": torch.arange(3)}, handle)
         assert read(handle, None)["token_ids"].tolist() == [0, 1, 2]
         return
-    assert sys.modules["hs_connectors.transfer"].__file__.startswith(
-        str(declared.wheel_tree("hs-connectors", version)))
+    assert sys.modules["hs_connectors.transfer"].__file__.startswith(str(declared.wheel_tree("hs-connectors", version)))
     fd = os.open(handle + ".lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     save_file({"token_ids": torch.zeros(3, dtype=torch.int64)}, handle)

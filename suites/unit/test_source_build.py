@@ -15,8 +15,14 @@ OLD, NEW = "VERSION_GREATER_EQUAL 12.3))", "VERSION_GREATER_EQUAL 12.2))"
 
 
 def _recipe(**over) -> Recipe:
-    data = {"sdist_sha256": "0" * 64, "torch": "2.14.0", "onednn_tag": "v3.13", "onednn_commit": "c" * 40,
-            "gcc_min": "12.2", "edits": [{"file": "cmake/cpu_extension.cmake", "old": OLD, "new": NEW, "why": "w"}]}
+    data = {
+        "sdist_sha256": "0" * 64,
+        "torch": "2.14.0",
+        "onednn_tag": "v3.13",
+        "onednn_commit": "c" * 40,
+        "gcc_min": "12.2",
+        "edits": [{"file": "cmake/cpu_extension.cmake", "old": OLD, "new": NEW, "why": "w"}],
+    }
     data.update(over)
     return Recipe("0.34.0", data)
 

@@ -16,41 +16,66 @@ from harness.reporting import report, stable
 from harness.support.paths import REPO_ROOT
 
 #: A worker error as vLLM 0.16 logs it when MLA cannot start on a CPU build (reports/vllm016.json's MLA proof).
-WORKER_ERROR = ("without harness.contracts.mla.apply_env (VLLM_MLA_DISABLE=1): Exception: (Worker pid=31622) ERROR "
-                "12-04 04:25:43 [multiproc_executor.py:783] NotImplementedError: MLA is not supported on CPU. "
-                "(worker log) @ vllm/v1/executor/multiproc_executor.py:680")
+WORKER_ERROR = (
+    "without harness.contracts.mla.apply_env (VLLM_MLA_DISABLE=1): Exception: (Worker pid=31622) ERROR "
+    "12-04 04:25:43 [multiproc_executor.py:783] NotImplementedError: MLA is not supported on CPU. "
+    "(worker log) @ vllm/v1/executor/multiproc_executor.py:680"
+)
 
 #: What a volatile token looks like in committed text (placeholders excepted).
-VOLATILE = re.compile(r"pid=\d|\b(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d|(?<![\w/.-])/tmp/[\w.-]+/"
-                      r"|127\.0\.0\.1:\d|0x[0-9a-f]{6,}")
+VOLATILE = re.compile(
+    r"pid=\d|\b(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d|(?<![\w/.-])/tmp/[\w.-]+/"
+    r"|127\.0\.0\.1:\d|0x[0-9a-f]{6,}"
+)
 
 
 def test_a_worker_error_keeps_its_message_location_and_type_without_its_pid_or_time():
     again = WORKER_ERROR.replace("31622", "29452").replace("04:25:43", "18:03:51").replace("12-04", "12-05")
     assert again != WORKER_ERROR and stable.text(again) == stable.text(WORKER_ERROR)
     out = stable.text(WORKER_ERROR)
-    for kept in ("NotImplementedError: MLA is not supported on CPU.", "[multiproc_executor.py:783]",
-                 "@ vllm/v1/executor/multiproc_executor.py:680", "ERROR <time>", "(Worker pid=<pid>)"):
+    for kept in (
+        "NotImplementedError: MLA is not supported on CPU.",
+        "[multiproc_executor.py:783]",
+        "@ vllm/v1/executor/multiproc_executor.py:680",
+        "ERROR <time>",
+        "(Worker pid=<pid>)",
+    ):
         assert kept in out, out
 
 
-@pytest.mark.parametrize("raw,want", [
-    ("FileNotFoundError: /tmp/native-export-tu07okey/hidden_states/0-9590042c.safetensors.lock was released",
-     "FileNotFoundError: <tmp>/hidden_states/0-<id>.safetensors.lock was released"),
-    ("ConnectError: http://127.0.0.1:41877/v1/completions refused", "ConnectError: http://127.0.0.1:<port>/v1/completions refused"),
-    ("<Foo object at 0x7f12ab34cd00>", "<Foo object at 0x<addr>>"),
-    ("INFO 12-04 04:25:43.123 [core.py:90] ready", "INFO <time> [core.py:90] ready"),
-    # not volatile: versions, file:line, ISO dates, sizes, exit codes
-    ("vllm 0.16.0 @ scheduler.py:120 on 2026-12-04 rc=1 8192 tokens", "vllm 0.16.0 @ scheduler.py:120 on 2026-12-04 rc=1 8192 tokens"),
-])
+@pytest.mark.parametrize(
+    "raw,want",
+    [
+        (
+            "FileNotFoundError: /tmp/native-export-tu07okey/hidden_states/0-9590042c.safetensors.lock was released",
+            "FileNotFoundError: <tmp>/hidden_states/0-<id>.safetensors.lock was released",
+        ),
+        (
+            "ConnectError: http://127.0.0.1:41877/v1/completions refused",
+            "ConnectError: http://127.0.0.1:<port>/v1/completions refused",
+        ),
+        ("<Foo object at 0x7f12ab34cd00>", "<Foo object at 0x<addr>>"),
+        ("INFO 12-04 04:25:43.123 [core.py:90] ready", "INFO <time> [core.py:90] ready"),
+        # not volatile: versions, file:line, ISO dates, sizes, exit codes
+        (
+            "vllm 0.16.0 @ scheduler.py:120 on 2026-12-04 rc=1 8192 tokens",
+            "vllm 0.16.0 @ scheduler.py:120 on 2026-12-04 rc=1 8192 tokens",
+        ),
+    ],
+)
 def test_each_volatile_token_and_nothing_else(raw, want):
     assert stable.text(raw) == want
 
 
 def test_committed_reports_quote_no_volatile_token():
     folder = REPO_ROOT / "reports"
-    hits = [f"{p.name}: {m.group(0)}" for p in sorted(folder.glob("*")) if p.suffix in (".json", ".md", ".html")
-            for m in [VOLATILE.search(p.read_text())] if m]
+    hits = [
+        f"{p.name}: {m.group(0)}"
+        for p in sorted(folder.glob("*"))
+        if p.suffix in (".json", ".md", ".html")
+        for m in [VOLATILE.search(p.read_text())]
+        if m
+    ]
     assert not hits, hits
 
 
@@ -97,6 +122,7 @@ def test_a_verdict_change_is_more_than_timings():
 
 def test_the_checkout_comparison_sees_a_verdict_and_ignores_a_timing(tmp_path):
     """`python -m harness.reporting.stable` against a commit: timing-only rewrites pass, anything else is listed."""
+
     def git(*args):
         subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
 
@@ -110,8 +136,10 @@ def test_the_checkout_comparison_sees_a_verdict_and_ignores_a_timing(tmp_path):
     assert stable.changed_beyond_timings(tmp_path) == []
     rep["contracts"][0]["reason"] += " (changed)"
     report.write(rep, tmp_path / "reports", "vllm016")
-    assert stable.changed_beyond_timings(tmp_path) == ["reports/vllm016.json: changed beyond its timing fields",
-                                                      "reports/vllm016.md: changed beyond its timing fields"]
+    assert stable.changed_beyond_timings(tmp_path) == [
+        "reports/vllm016.json: changed beyond its timing fields",
+        "reports/vllm016.md: changed beyond its timing fields",
+    ]
     assert stable.main(["--root", str(tmp_path)]) == 1
     assert stable.main(["--root", str(tmp_path / "reports" / "nowhere"), "--rev", "HEAD"]) == 2
 

@@ -21,7 +21,9 @@ def test_worker_surface():
 
 
 def test_parse_from_text():
-    s = surface.parse("m", "from vllm.x import A\nA(b=1, c=2)\nself.executor.collective_rpc('go', unique_reply_rank=0)\n")
+    s = surface.parse(
+        "m", "from vllm.x import A\nA(b=1, c=2)\nself.executor.collective_rpc('go', unique_reply_rank=0)\n"
+    )
     assert s.keywords_of("A") == ["b", "c"] and s.rpc_methods == ["go"] and s.imports == {"A": "vllm.x:A"}
 
 

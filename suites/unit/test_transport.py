@@ -59,8 +59,6 @@ def test_streamed_hand_off_places_rows_and_falls_back_whole(tmp_path):
     assert stream.take() is None and stream.streamed == 1, "a step not placed spoils the batch's stream"
 
 
-
-
 class StrictPins(Pins):
     """Keeps CUDA's rule for page-locked host memory: registering a range that overlaps one still registered
     fails (cudaErrorHostMemoryAlreadyRegistered), unregistering what is not registered fails too."""

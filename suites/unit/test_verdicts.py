@@ -12,17 +12,34 @@ from harness.envs import tox_envs
 from harness.reporting import matrix, report
 from harness.support.paths import REPO_ROOT
 
-SHIMMED_ROW = {"contract": "sched", "outcome": "shimmed", "expected": "shimmed", "shim": "s", "reason": "r",
-               "unshimmed": {"ok": False, "error": "TypeError"},
-               "proof": {"result": report.PROOF_NEEDED, "evidence": "without s: TypeError"}}
+SHIMMED_ROW = {
+    "contract": "sched",
+    "outcome": "shimmed",
+    "expected": "shimmed",
+    "shim": "s",
+    "reason": "r",
+    "unshimmed": {"ok": False, "error": "TypeError"},
+    "proof": {"result": report.PROOF_NEEDED, "evidence": "without s: TypeError"},
+}
 FULL = {"kind": "cpu", "files": [], "tests": 3, "subset": [], "stopped_early": None}
 
 
 def _rep(rows=(SHIMMED_ROW,), tests=None, **extra):
     args = dict(selection=FULL, skips=[], interrupted=None)
     args.update(extra)
-    return report.build("e", {"vllm": "0.16.0"}, [dict(r) for r in rows], [], {},
-                        tests or {"passed": 3, "failed": 0, "skipped": 0, "error": 0}, [], [], "f.toml", [], **args)
+    return report.build(
+        "e",
+        {"vllm": "0.16.0"},
+        [dict(r) for r in rows],
+        [],
+        {},
+        tests or {"passed": 3, "failed": 0, "skipped": 0, "error": 0},
+        [],
+        [],
+        "f.toml",
+        [],
+        **args,
+    )
 
 
 def test_complete_observed_run_passes():
@@ -31,12 +48,16 @@ def test_complete_observed_run_passes():
 
 
 def test_a_subset_is_incomplete_and_says_what():
-    rep = _rep(selection={**FULL, "subset": ["-k 'twophase'"]}, )
+    rep = _rep(
+        selection={**FULL, "subset": ["-k 'twophase'"]},
+    )
     assert rep["status"] == "incomplete" and rep["incomplete"] == [{"kind": "subset", "what": "-k 'twophase'"}]
 
 
 def test_not_observed_contracts_are_incomplete():
-    rep = report.build("e", {}, [SHIMMED_ROW], [], {}, {"failed": 0}, [], ["twophase"], "f", [], selection=FULL, skips=[])
+    rep = report.build(
+        "e", {}, [SHIMMED_ROW], [], {}, {"failed": 0}, [], ["twophase"], "f", [], selection=FULL, skips=[]
+    )
     assert rep["status"] == "incomplete" and "twophase" in rep["incomplete"][0]["what"]
 
 
@@ -67,18 +88,29 @@ def test_failure_wins_over_everything():
 
 def test_a_report_from_before_selection_was_recorded_is_not_pass():
     """The committed matrix's reports predate these fields: judged again, they are incomplete, not pass."""
-    old = {"status": "pass", "contracts": [{k: v for k, v in SHIMMED_ROW.items() if k != "proof"}],
-           "tests": {"passed": 43, "failed": 0, "skipped": 18, "error": 0}, "not_observed": []}
+    old = {
+        "status": "pass",
+        "contracts": [{k: v for k, v in SHIMMED_ROW.items() if k != "proof"}],
+        "tests": {"passed": 43, "failed": 0, "skipped": 18, "error": 0},
+        "not_observed": [],
+    }
     status, gaps = report.judge(old)
     assert status == "incomplete" and {g["kind"] for g in gaps} == {"unrecorded", "skipped", "proof not run"}
 
 
-@pytest.mark.parametrize("status,kinds,pytest_rc,want", [
-    ("pass", [], 0, 0), ("fail", [], 1, 1), ("fail", [], 0, 1),
-    ("incomplete", ["subset", "not observed"], 0, 0),  # the user asked for a subset
-    ("incomplete", ["skipped"], 0, cli.INCOMPLETE), ("incomplete", ["subset", "interrupted"], 2, cli.INCOMPLETE),
-    ("observed", ["failed"], 1, cli.OBSERVED), ("observed", ["interrupted"], 2, cli.INCOMPLETE),  # cut short
-])
+@pytest.mark.parametrize(
+    "status,kinds,pytest_rc,want",
+    [
+        ("pass", [], 0, 0),
+        ("fail", [], 1, 1),
+        ("fail", [], 0, 1),
+        ("incomplete", ["subset", "not observed"], 0, 0),  # the user asked for a subset
+        ("incomplete", ["skipped"], 0, cli.INCOMPLETE),
+        ("incomplete", ["subset", "interrupted"], 2, cli.INCOMPLETE),
+        ("observed", ["failed"], 1, cli.OBSERVED),
+        ("observed", ["interrupted"], 2, cli.INCOMPLETE),  # cut short
+    ],
+)
 def test_exit_code(status, kinds, pytest_rc, want):
     rep = {"status": status, "incomplete": [{"kind": k, "what": k} for k in kinds]}
     assert cli.exit_code(pytest_rc, rep) == want
@@ -137,15 +169,25 @@ def test_committed_reports_hold_no_machine_paths():
     """Machine paths say nothing to the next reader: the repo root, site directories, the GPU machine's
     install target and output folders are dropped before a report is written (a vLLM temp file name that a
     connector returned is evidence and stays)."""
-    machine = re.compile(r"/work/|/home/|/tmp/site/|/root/|/opt/torch|/usr/lib/python|/tmp/harness-models/|site-packages/")
-    hits = [f"{p.name}: {m.group(0)}" for p in (REPO_ROOT / "reports").rglob("*") if p.suffix in (".json", ".md")
-            for m in [machine.search(p.read_text())] if m]
+    machine = re.compile(
+        r"/work/|/home/|/tmp/site/|/root/|/opt/torch|/usr/lib/python|/tmp/harness-models/|site-packages/"
+    )
+    hits = [
+        f"{p.name}: {m.group(0)}"
+        for p in (REPO_ROOT / "reports").rglob("*")
+        if p.suffix in (".json", ".md")
+        for m in [machine.search(p.read_text())]
+        if m
+    ]
     assert not hits, hits
 
 
 def test_committed_reports_hold_no_object_addresses():
-    hits = [p.name for p in (REPO_ROOT / "reports").rglob("*") if p.suffix in (".json", ".md", ".html")
-            and "object at 0x" in p.read_text()]
+    hits = [
+        p.name
+        for p in (REPO_ROOT / "reports").rglob("*")
+        if p.suffix in (".json", ".md", ".html") and "object at 0x" in p.read_text()
+    ]
     assert not hits, f"object reprs with memory addresses in {hits}"
 
 
@@ -156,7 +198,8 @@ def test_attribution_names_whose_fault_a_broken_cell_is(monkeypatch):
     monkeypatch.delenv("VLLM_MLA_DISABLE", raising=False)
     wrong = Verdict(Attempt(True), 1.28)
     assert wrong.vllm_wrong and wrong.says("DeepseekV3ForCausalLM").startswith(
-        "vLLM CPU build computes DeepseekV3ForCausalLM wrongly: plain vLLM (no speculators) differs")
+        "vLLM CPU build computes DeepseekV3ForCausalLM wrongly: plain vLLM (no speculators) differs"
+    )
     ours = Verdict(Attempt(True), AGREE / 10)
     assert not ours.vllm_wrong and "the harness's shim path is at fault" in ours.says("X")
     dead = Verdict(Attempt.failed("RuntimeError", "Engine core initialization failed"))
@@ -176,8 +219,11 @@ def test_a_run_on_a_vllm_without_expectations_is_observed_never_pass_nor_fail():
     clean = _rep(rows=(row,), observed_only=True)
     assert clean["status"] == "observed" and clean["unexpected"] == ["sched"]
     failing = _rep(rows=(row,), observed_only=True, tests={"passed": 2, "failed": 1, "skipped": 0, "error": 0})
-    assert failing["status"] == "observed" and {"kind": "failed", "what": "1 tests failed (not held to "
-                                                "expectations: read each one)"} in failing["incomplete"]
+    assert (
+        failing["status"] == "observed"
+        and {"kind": "failed", "what": "1 tests failed (not held to expectations: read each one)"}
+        in failing["incomplete"]
+    )
     assert cli.exit_code(0, clean) == cli.OBSERVED == 4
     assert report.judge(json.loads(json.dumps(failing)))[0] == "observed"
     held = _rep(rows=(row,))
@@ -197,11 +243,20 @@ def test_flop_model_counts_a_checkpoint_by_its_headers_as_the_layout_says(tmp_pa
         m = models.build(name)
         layout = [(n, tuple(s), "BF16") for n, s, _ in models.weight_layout(models.load_fixture(name))]
         assert flops.checkpoint_flop_model(m.path) == flops.flop_model(m.hf_config, layout), name
-    cfg = {"num_attention_heads": 2, "hidden_size": 8, "num_hidden_layers": 1, "n_routed_experts": 4,
-           "num_experts_per_tok": 2, "quantization_config": {"config_groups": {"g": {"weights": {"num_bits": 4}}}}}
-    tensors = [("model.layers.0.mlp.experts.0.up.weight_packed", (8, 1), "I32"),
-               ("model.layers.0.mlp.experts.0.up.weight_scale", (8, 1), "BF16"),
-               ("model.layers.0.self_attn.q.weight", (8, 8), "BF16"), ("lm_head.weight", (10, 8), "BF16")]
+    cfg = {
+        "num_attention_heads": 2,
+        "hidden_size": 8,
+        "num_hidden_layers": 1,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "quantization_config": {"config_groups": {"g": {"weights": {"num_bits": 4}}}},
+    }
+    tensors = [
+        ("model.layers.0.mlp.experts.0.up.weight_packed", (8, 1), "I32"),
+        ("model.layers.0.mlp.experts.0.up.weight_scale", (8, 1), "BF16"),
+        ("model.layers.0.self_attn.q.weight", (8, 8), "BF16"),
+        ("lm_head.weight", (10, 8), "BF16"),
+    ]
     fm = flops.flop_model(json.loads(json.dumps(cfg)), tensors)
     assert fm["params_active_per_token"] == 64 + 8 * 8 * 2 // 4 and fm["params_lm_head"] == 80
     assert flops.call_flops(fm, [3]) == 2 * fm["params_active_per_token"] * 3 + 1 * 2 * 9 * 2 * 8 / 2 + 2 * 80

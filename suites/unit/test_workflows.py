@@ -24,8 +24,13 @@ def _actionlint() -> str:
 
 
 def test_the_workflows_exist():
-    assert [p.name for p in WORKFLOWS] == ["conformance.yml", "gate-call.yml", "gate.yml", "gpu-nightly.yml",
-                                           "matrix.yml"]
+    assert [p.name for p in WORKFLOWS] == [
+        "conformance.yml",
+        "gate-call.yml",
+        "gate.yml",
+        "gpu-nightly.yml",
+        "matrix.yml",
+    ]
 
 
 def test_the_reusable_gate_runs_the_composite_actions_script():
@@ -44,8 +49,9 @@ def test_actionlint_passes_on_every_workflow():
     version = subprocess.run([_actionlint(), "-version"], capture_output=True, text=True, timeout=60).stdout
     major_minor = tuple(int(x) for x in version.split()[1].split(".")[:2])
     assert major_minor >= (1, 17), f"actionlint {version.split()[1]} predates GitHub's retirement of node20 actions"
-    out = subprocess.run([_actionlint(), "-no-color", *map(str, WORKFLOWS)], capture_output=True, text=True,
-                         cwd=REPO_ROOT, timeout=120)
+    out = subprocess.run(
+        [_actionlint(), "-no-color", *map(str, WORKFLOWS)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -60,10 +66,13 @@ def test_the_matrix_merge_fails_honestly_and_never_shows_a_committed_result_as_t
 
 
 def test_matrix_workflow_fans_out_over_exactly_the_tox_matrix():
-    listed = subprocess.run([sys.executable, "-m", "harness", "matrix-envs"], capture_output=True, text=True,
-                            cwd=REPO_ROOT, timeout=60)
+    listed = subprocess.run(
+        [sys.executable, "-m", "harness", "matrix-envs"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60
+    )
     envs = json.loads(listed.stdout)
-    label = next(line for line in (REPO_ROOT / "tox.ini").read_text().splitlines() if line.strip().startswith("matrix ="))
+    label = next(
+        line for line in (REPO_ROOT / "tox.ini").read_text().splitlines() if line.strip().startswith("matrix =")
+    )
     assert envs == tox_envs.env_names() == [e.strip() for e in label.split("=", 1)[1].split(",")][:-1]
     wf = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / "matrix.yml").read_text())
     jobs = wf["jobs"]
@@ -83,8 +92,14 @@ def test_conformance_runs_the_readme_test_command():
     assert "python -m tox -m ci" in wf and "GITHUB_STEP_SUMMARY" in wf
 
 
-SHELL_SCRIPTS = sorted([*REPO_ROOT.glob(".github/actions/*/*.sh"), *REPO_ROOT.glob("suites/gpu/*.sh"),
-                        REPO_ROOT / "harness" / "gpu" / "bundle_install.sh", REPO_ROOT / ".ci" / "run"])
+SHELL_SCRIPTS = sorted(
+    [
+        *REPO_ROOT.glob(".github/actions/*/*.sh"),
+        *REPO_ROOT.glob("suites/gpu/*.sh"),
+        REPO_ROOT / "harness" / "gpu" / "bundle_install.sh",
+        REPO_ROOT / ".ci" / "run",
+    ]
+)
 
 
 def test_the_shell_scripts_have_no_shellcheck_error():

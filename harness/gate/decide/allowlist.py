@@ -74,5 +74,8 @@ def apply(findings: list[Finding], entries: list[Entry], today: _dt.date) -> lis
         entry = next((e for e in entries if e.active(today) and e.matches(f)), None)
         if entry is not None:
             f.status, f.reason = "accepted", f"allow-list {entry.pattern!r} until {entry.expires}: {entry.reason}"
-    return [{**e.to_json(), "would_accept": [f.symbol for f in findings if e.matches(f)]}
-            for e in entries if not e.active(today)]
+    return [
+        {**e.to_json(), "would_accept": [f.symbol for f in findings if e.matches(f)]}
+        for e in entries
+        if not e.active(today)
+    ]

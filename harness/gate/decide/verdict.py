@@ -86,13 +86,23 @@ class Gate:
         return sorted({f.shim for f in self.findings if f.status == "covered" and f.shim})
 
 
-def decide(old: str, new: str, comparison: Comparison, contract_ids: list[str], entries: list[Entry],
-           today: _dt.date, dynamic: dict | None, dynamic_reason: str, paths: tuple | None = None) -> Gate:
+def decide(
+    old: str,
+    new: str,
+    comparison: Comparison,
+    contract_ids: list[str],
+    entries: list[Entry],
+    today: _dt.date,
+    dynamic: dict | None,
+    dynamic_reason: str,
+    paths: tuple | None = None,
+) -> Gate:
     gate = Gate(old, new, findings=comparison.findings, carried=comparison.carried, restored=comparison.restored)
     for f in gate.findings + gate.carried:
         c = coverage.cover(f)
-        f.status, f.shim, f.reason = ("covered", c.shim, c.reason) if c else ("uncovered", None,
-                                                                            coverage.uncovered_reason(f))
+        f.status, f.shim, f.reason = (
+            ("covered", c.shim, c.reason) if c else ("uncovered", None, coverage.uncovered_reason(f))
+        )
         if not c and coverage.needs_model_config(f):
             keys = ", ".join(f.detail.get("not_passed_by_speculators", ()))
             f.status, f.reason = "needs-model-config", coverage.MODEL_CONFIG_HINT.format(keys=keys)
@@ -101,8 +111,11 @@ def decide(old: str, new: str, comparison: Comparison, contract_ids: list[str], 
     for cid in [*contract_ids, SURFACE, RUNTIME]:
         gate.contracts[cid] = _status(cid, gate, comparison, dynamic, dynamic_reason, shimless)
     statuses = {c["status"] for c in gate.contracts.values()}
-    gate.not_checked = {c: comparison.not_checked.get(c) or [s["note"]] for c, s in gate.contracts.items()
-                        if s["status"] == "not-checked"}
+    gate.not_checked = {
+        c: comparison.not_checked.get(c) or [s["note"]]
+        for c, s in gate.contracts.items()
+        if s["status"] == "not-checked"
+    }
     gate.observed_worse = (dynamic or {}).get("worse", [])
     if gate.observed_worse:
         gate.verdict = "BROKEN"  # the candidate's own env observed it: no static reading overrides that
@@ -139,14 +152,18 @@ def _paths(gate: Gate, paths: tuple | None, dynamic: dict | None, entries: list[
         is_open = [c for c in mine if c.kind != "compatible" and not c.classified_by and cid not in observed]
         gate.unclassified += [c for c in is_open if c not in gate.unclassified]
         gate.classified += [c for c in mine if c.classified_by and c not in gate.classified]
-        gate.paths[cid] = {"reached": reached[cid], "unclassified": len(is_open),
-                           "classified": sum(bool(c.classified_by) for c in mine),
-                           "compatible": sum(c.kind == "compatible" for c in mine),
-                           "observed": cid in observed and bool(mine)}
+        gate.paths[cid] = {
+            "reached": reached[cid],
+            "unclassified": len(is_open),
+            "classified": sum(bool(c.classified_by) for c in mine),
+            "compatible": sum(c.kind == "compatible" for c in mine),
+            "observed": cid in observed and bool(mine),
+        }
 
 
-def _status(cid: str, gate: Gate, comparison: Comparison, dynamic: dict | None, dynamic_reason: str,
-            shimless: set[str]) -> dict:
+def _status(
+    cid: str, gate: Gate, comparison: Comparison, dynamic: dict | None, dynamic_reason: str, shimless: set[str]
+) -> dict:
     mine = [f for f in gate.findings if f.contract == cid]
     shims = sorted({f.shim for f in mine if f.shim})
     if cid in coverage.OUTSIDE:
@@ -155,27 +172,45 @@ def _status(cid: str, gate: Gate, comparison: Comparison, dynamic: dict | None, 
         outside_note = f"not checked statically: {coverage.OUTSIDE[cid]}; dynamic: {answer or dynamic_reason}"
         if not mine and cid not in comparison.not_checked:
             checked = comparison.checked.get(cid, 0)
-            return {"status": "outside", "findings": 0, "shims": [],
-                    "note": (f"{checked} static fact(s) unchanged; " if checked else "") + outside_note}
+            return {
+                "status": "outside",
+                "findings": 0,
+                "shims": [],
+                "note": (f"{checked} static fact(s) unchanged; " if checked else "") + outside_note,
+            }
         # What the sources do show of it (the runner its shims read) changed or could not be read: judged below,
         # as any contract is; the part outside the sources stays listed.
     undecidable = [f for f in mine if f.status == "needs-model-config"]
     if undecidable:
         return {"status": "not-checked", "findings": len(mine), "shims": shims, "note": undecidable[0].reason}
     if cid in comparison.not_checked:
-        return {"status": "not-checked", "findings": len(mine), "shims": shims,
-                "note": "; ".join(comparison.not_checked[cid][:3])}
+        return {
+            "status": "not-checked",
+            "findings": len(mine),
+            "shims": shims,
+            "note": "; ".join(comparison.not_checked[cid][:3]),
+        }
     if cid not in comparison.checked:
-        return {"status": "not-checked", "findings": 0, "shims": [],
-                "note": "no static check reads this contract from vLLM's sources"}
+        return {
+            "status": "not-checked",
+            "findings": 0,
+            "shims": [],
+            "note": "no static check reads this contract from vLLM's sources",
+        }
     open_ = [f for f in mine if f.status == "uncovered"]
     if open_:
         status = "broken" if cid in shimless else "needs-new-shim"
         return {"status": status, "findings": len(mine), "shims": shims, "note": open_[0].reason}
     carried = sum(f.contract == cid for f in gate.carried)
     restored = sum(f.contract == cid for f in gate.restored)
-    note = ", ".join(x for x in (f"{carried} carried from {gate.old}" if carried else "",
-                                 f"{restored} no longer needed" if restored else "") if x)
+    note = ", ".join(
+        x
+        for x in (
+            f"{carried} carried from {gate.old}" if carried else "",
+            f"{restored} no longer needed" if restored else "",
+        )
+        if x
+    )
     return {"status": "covered" if mine else "unchanged", "findings": len(mine), "shims": shims, "note": note}
 
 
@@ -186,16 +221,32 @@ def undecided(old: str, new: str, error: str, meta: dict | None = None) -> Gate:
 # -- reports -----------------------------------------------------------------------------------------
 def to_json(gate: Gate) -> dict:
     return {
-        "schema": SCHEMA, "generated_at": now(), "from": gate.old, "to": gate.new, "verdict": gate.verdict,
-        "exit_code": gate.exit_code, "error": gate.error,
-        "speculators": gate.meta.get("speculators"), "surface": gate.meta.get("surface"),
-        "sources": gate.meta.get("sources", {}), "contracts": gate.contracts,
-        "findings": [asdict(f) for f in gate.findings], "carried": [asdict(f) for f in gate.carried],
-        "restored": [asdict(f) for f in gate.restored], "not_checked": gate.not_checked, "outside": gate.outside,
-        "shims": gate.shims, "observed_worse": gate.observed_worse, "paths": gate.paths,
-        "unclassified": [c.to_json() for c in gate.unclassified], "classified": [c.to_json() for c in gate.classified],
-        "allowlist": {"file": gate.meta.get("allowlist"), "entries": gate.meta.get("allowlist_entries", []),
-                      "expired": gate.expired},
+        "schema": SCHEMA,
+        "generated_at": now(),
+        "from": gate.old,
+        "to": gate.new,
+        "verdict": gate.verdict,
+        "exit_code": gate.exit_code,
+        "error": gate.error,
+        "speculators": gate.meta.get("speculators"),
+        "surface": gate.meta.get("surface"),
+        "sources": gate.meta.get("sources", {}),
+        "contracts": gate.contracts,
+        "findings": [asdict(f) for f in gate.findings],
+        "carried": [asdict(f) for f in gate.carried],
+        "restored": [asdict(f) for f in gate.restored],
+        "not_checked": gate.not_checked,
+        "outside": gate.outside,
+        "shims": gate.shims,
+        "observed_worse": gate.observed_worse,
+        "paths": gate.paths,
+        "unclassified": [c.to_json() for c in gate.unclassified],
+        "classified": [c.to_json() for c in gate.classified],
+        "allowlist": {
+            "file": gate.meta.get("allowlist"),
+            "entries": gate.meta.get("allowlist_entries", []),
+            "expired": gate.expired,
+        },
         "timings": gate.meta.get("timings", {}),
     }
 
@@ -210,40 +261,60 @@ def markdown(gate: Gate) -> str:
     if gate.error:
         return "\n".join(lines + [f"Could not decide: {gate.error}", ""])
     t = gate.meta.get("timings", {})
-    lines += [f"speculators {gate.meta.get('speculators')} (surface `{gate.meta.get('surface')}`); static reading "
-              f"of both versions' sources, nothing imported. Sources {t.get('sources', 0):.1f} s, static "
-              f"{t.get('static', 0):.1f} s.", ""]
+    lines += [
+        f"speculators {gate.meta.get('speculators')} (surface `{gate.meta.get('surface')}`); static reading "
+        f"of both versions' sources, nothing imported. Sources {t.get('sources', 0):.1f} s, static "
+        f"{t.get('static', 0):.1f} s.",
+        "",
+    ]
     for w in gate.observed_worse:
-        lines.append(f"> **Observed worse than expected** in the candidate's env ({w['report']}): `{w['contract']}` "
-                     f"is {w['outcome']}, expected {w['expected']}: {_cell(w['reason'])}")
+        lines.append(
+            f"> **Observed worse than expected** in the candidate's env ({w['report']}): `{w['contract']}` "
+            f"is {w['outcome']}, expected {w['expected']}: {_cell(w['reason'])}"
+        )
     if gate.observed_worse:
         lines.append("")
     for e in gate.expired:
         would = f"; it would accept {', '.join(f'`{s}`' for s in e['would_accept'])}" if e["would_accept"] else ""
-        lines.append(f"> **Expired allow-list entry** `{e['pattern']}` (expired {e['expires']}: {e['reason']}) "
-                     f"no longer accepts findings{would}.")
+        lines.append(
+            f"> **Expired allow-list entry** `{e['pattern']}` (expired {e['expires']}: {e['reason']}) "
+            f"no longer accepts findings{would}."
+        )
     if gate.expired:
         lines.append("")
     if gate.findings:
-        lines += ["| contract | change | symbol | old → new | evidence (new source) | resolution |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "| contract | change | symbol | old → new | evidence (new source) | resolution |",
+            "|---|---|---|---|---|---|",
+        ]
         for f in gate.findings:
-            open_label = "**BROKEN**" if gate.contracts.get(f.contract, {}).get("status") == "broken" else \
-                "**NEEDS-NEW-SHIM**"
+            open_label = (
+                "**BROKEN**" if gate.contracts.get(f.contract, {}).get("status") == "broken" else "**NEEDS-NEW-SHIM**"
+            )
             how = {"covered": f"covered by `{f.shim}`", "accepted": "accepted (allow-list)"}.get(f.status, open_label)
-            lines.append(f"| {f.contract} | {f.kind} | `{_cell(f.symbol)}` | {_cell(f.old)} → {_cell(f.new)} | "
-                         f"`{_cell(f.evidence)}` | {how}: {_cell(f.reason)} |")
+            lines.append(
+                f"| {f.contract} | {f.kind} | `{_cell(f.symbol)}` | {_cell(f.old)} → {_cell(f.new)} | "
+                f"`{_cell(f.evidence)}` | {how}: {_cell(f.reason)} |"
+            )
         lines.append("")
     elif not gate.unclassified:
-        lines += ["No change in anything speculators relies on" + (" (watched paths read: no unclassified change)."
-                                                                  if gate.paths else "."), ""]
+        lines += [
+            "No change in anything speculators relies on"
+            + (" (watched paths read: no unclassified change)." if gate.paths else "."),
+            "",
+        ]
     if gate.unclassified:
-        lines += [f"**{len(gate.unclassified)} change(s) on a watched path no check classifies** (REVIEW: read each "
-                  "diff and say whether the contract still holds, or run the candidate with `--dynamic`):", "",
-                  "| contract | platform | function | change | evidence | reached from |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"**{len(gate.unclassified)} change(s) on a watched path no check classifies** (REVIEW: read each "
+            "diff and say whether the contract still holds, or run the candidate with `--dynamic`):",
+            "",
+            "| contract | platform | function | change | evidence | reached from |",
+            "|---|---|---|---|---|---|",
+        ]
         for c in gate.unclassified:
-            lines.append(f"| {c.contract} | {c.platform} | `{_cell(c.key)}` | {c.kind} | `{c.evidence}` | "
-                         f"`{_cell(c.via)}` |")
+            lines.append(
+                f"| {c.contract} | {c.platform} | `{_cell(c.key)}` | {c.kind} | `{c.evidence}` | `{_cell(c.via)}` |"
+            )
         lines += ["", "<details><summary>diffs</summary>", ""]
         for c in gate.unclassified:
             if c.diff:
@@ -254,12 +325,24 @@ def markdown(gate: Gate) -> str:
     lines += ["| contract | status | findings | watched path | note |", "|---|---|---|---|---|"]
     for cid, c in gate.contracts.items():
         p = gate.paths.get(cid)
-        path = "" if p is None else (", ".join(f"{k} {v}" for k, v in p["reached"].items()) + " functions; "
-                                     + (f"{p['unclassified']} changed-unclassified" if p["unclassified"] else
-                                        "unchanged" if not (p["classified"] or p["compatible"]) else "")
-                                     + (f", {p['classified']} classified" if p["classified"] else "")
-                                     + (f", {p['compatible']} compatible" if p["compatible"] else "")
-                                     + (", observed by --dynamic" if p["observed"] else ""))
+        path = (
+            ""
+            if p is None
+            else (
+                ", ".join(f"{k} {v}" for k, v in p["reached"].items())
+                + " functions; "
+                + (
+                    f"{p['unclassified']} changed-unclassified"
+                    if p["unclassified"]
+                    else "unchanged"
+                    if not (p["classified"] or p["compatible"])
+                    else ""
+                )
+                + (f", {p['classified']} classified" if p["classified"] else "")
+                + (f", {p['compatible']} compatible" if p["compatible"] else "")
+                + (", observed by --dynamic" if p["observed"] else "")
+            )
+        )
         lines.append(f"| {cid} | {c['status']} | {c['findings']} | {path} | {_cell(c['note'])} |")
     lines.append("")
     if gate.not_checked:
@@ -270,7 +353,15 @@ def markdown(gate: Gate) -> str:
         lines += [f"No longer needed in {gate.new}: {gone}", ""]
     if gate.carried:
         head = f"{len(gate.carried)} deviation(s) already present in {gate.old}, unchanged"
-        lines += [f"<details><summary>{head}</summary>", "",
-                  *[f"- {f.contract}: `{_cell(f.symbol)}` = {_cell(f.new)} ({f.status}"
-                    f"{': ' + f.shim if f.shim else ''})" for f in gate.carried], "", "</details>", ""]
+        lines += [
+            f"<details><summary>{head}</summary>",
+            "",
+            *[
+                f"- {f.contract}: `{_cell(f.symbol)}` = {_cell(f.new)} ({f.status}{': ' + f.shim if f.shim else ''})"
+                for f in gate.carried
+            ],
+            "",
+            "</details>",
+            "",
+        ]
     return "\n".join(lines)

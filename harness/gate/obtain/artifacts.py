@@ -76,30 +76,64 @@ def fetch(spec: Spec, cache_dir: str | Path | None = None) -> Sources:
     """The sources `spec` names, from the cache or fetched into it, with their provenance."""
     if spec.kind == "version":
         got = sources.ensure(spec.label, cache_dir)
-        return Sources(got.version, got.root, got.origin, {
-            "kind": "version", "origin": sources.index_url(), "version": got.version,
-            "commit": sources.dev_commit(got.version),
-            "obtained": "from the cache" if got.origin == "cache" else f"downloaded {got.origin} from the index"})
+        return Sources(
+            got.version,
+            got.root,
+            got.origin,
+            {
+                "kind": "version",
+                "origin": sources.index_url(),
+                "version": got.version,
+                "commit": sources.dev_commit(got.version),
+                "obtained": "from the cache" if got.origin == "cache" else f"downloaded {got.origin} from the index",
+            },
+        )
     if spec.kind == "tree":
         root = Path(spec.location)
         commit = _git_commit(root)
-        return Sources(spec.label, root, "source tree", {
-            "kind": "tree", "origin": f"source folder {root.name}", "version": _tree_version(root),
-            "commit": commit or _commit_of(spec.label), "sha256": tree_digest(root), "obtained": "read in place"})
+        return Sources(
+            spec.label,
+            root,
+            "source tree",
+            {
+                "kind": "tree",
+                "origin": f"source folder {root.name}",
+                "version": _tree_version(root),
+                "commit": commit or _commit_of(spec.label),
+                "sha256": tree_digest(root),
+                "obtained": "read in place",
+            },
+        )
     if spec.kind in ("wheel", "sdist"):
         path = Path(spec.location)
         digest = _sha256(path)
         artifact = Artifact(path.name, path.as_uri(), digest, path.stat().st_size, spec.kind)
         folder = _cached_or_extracted(path, artifact, cache_dir)
-        return Sources(spec.label, folder, path.name, {
-            "kind": spec.kind, "origin": f"local file {path.name}", "file": path.name, "sha256": digest,
-            "version": spec.label, "commit": _commit_of(spec.label), "obtained": "read from the local file"})
+        return Sources(
+            spec.label,
+            folder,
+            path.name,
+            {
+                "kind": spec.kind,
+                "origin": f"local file {path.name}",
+                "file": path.name,
+                "sha256": digest,
+                "version": spec.label,
+                "commit": _commit_of(spec.label),
+                "obtained": "read from the local file",
+            },
+        )
     if spec.kind == "url-wheel":
         name = PurePosixPath(urllib.parse.unquote(urllib.parse.urlparse(spec.location).path)).name
         fragment = urllib.parse.urlparse(spec.location).fragment
         expected = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else None
-        return _download_and_read(Artifact(name, spec.location.split("#")[0], expected, None, "wheel"), spec,
-                                  cache_dir, origin=spec.location.split("#")[0], variant=None)
+        return _download_and_read(
+            Artifact(name, spec.location.split("#")[0], expected, None, "wheel"),
+            spec,
+            cache_dir,
+            origin=spec.location.split("#")[0],
+            variant=None,
+        )
     if spec.kind == "index":
         artifact, variant = _pick_from_index(spec.location)
         return _download_and_read(artifact, spec, cache_dir, origin=spec.location, variant=variant)
@@ -146,8 +180,11 @@ def _tree_version(root: Path) -> str | None:
     """The version a tree says it is: `vllm/_version.py` as setuptools-scm writes it, else None."""
     f = Path(root) / PROJECT / "_version.py"
     if f.is_file():
-        m = re.search(r"""^(?:__version__|version)\s*=\s*(?:(?:__version__|version)\s*=\s*)?['"]([^'"]+)['"]""",
-                      f.read_text(), re.M)
+        m = re.search(
+            r"""^(?:__version__|version)\s*=\s*(?:(?:__version__|version)\s*=\s*)?['"]([^'"]+)['"]""",
+            f.read_text(),
+            re.M,
+        )
         if m:
             try:
                 return sources.normalize(m.group(1))
@@ -204,15 +241,28 @@ def _download_and_read(artifact: Artifact, spec: Spec, cache_dir, origin: str, v
     root.mkdir(parents=True, exist_ok=True)
     archive, digest = sources.download_hashed(artifact, root)  # checked against the index's sha256, if given
     try:
-        folder = _cached_or_extracted(archive, Artifact(artifact.filename, artifact.url, digest, None, artifact.kind),
-                                      cache_dir)
+        folder = _cached_or_extracted(
+            archive, Artifact(artifact.filename, artifact.url, digest, None, artifact.kind), cache_dir
+        )
     finally:
         archive.unlink(missing_ok=True)
     version = _file_version(artifact.filename, artifact.kind)
-    return Sources(version, folder, artifact.filename, {
-        "kind": spec.kind, "origin": origin, "file": artifact.filename, "url": artifact.url, "sha256": digest,
-        "version": version, "commit": _commit_of(version), "variant": variant,
-        "obtained": f"downloaded {artifact.filename}"})
+    return Sources(
+        version,
+        folder,
+        artifact.filename,
+        {
+            "kind": spec.kind,
+            "origin": origin,
+            "file": artifact.filename,
+            "url": artifact.url,
+            "sha256": digest,
+            "version": version,
+            "commit": _commit_of(version),
+            "variant": variant,
+            "obtained": f"downloaded {artifact.filename}",
+        },
+    )
 
 
 # -- index pages ---------------------------------------------------------------------------------------

@@ -32,7 +32,9 @@ class NoPin(ValueError):
 
 
 def _from_packages(tables: list, path: Path, names: tuple[str, ...] = NAMES) -> str | None:
-    found = {str(t.get("version")) for t in tables if isinstance(t, dict) and t.get("name") in names and t.get("version")}
+    found = {
+        str(t.get("version")) for t in tables if isinstance(t, dict) and t.get("name") in names and t.get("version")
+    }
     if len(found) > 1:
         raise NoPin(f"{path}: several {names[0]} versions: {', '.join(sorted(found))}")
     return found.pop() if found else None
@@ -116,8 +118,11 @@ def pins(path: str | Path) -> dict[str, str | None]:
     except OSError as e:
         raise NoPin(f"{path}: {e.strerror or e}") from None
     if not found["vllm"]:
-        raise NoPin(f"{path}: no vllm==X requirement" if path.suffix not in (".lock", ".toml") or
-                    path.name == "pyproject.toml" else f"{path}: no vllm package")
+        raise NoPin(
+            f"{path}: no vllm==X requirement"
+            if path.suffix not in (".lock", ".toml") or path.name == "pyproject.toml"
+            else f"{path}: no vllm package"
+        )
     return {k: _release(v, path) if v else None for k, v in found.items()}
 
 

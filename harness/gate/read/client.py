@@ -42,8 +42,7 @@ class Need:
     new: tuple[bool, str] | None = None
 
     def to_json(self) -> dict:
-        return {"id": self.id, "what": self.what, "from": _side(self.old), "to": _side(self.new),
-                "status": self.status}
+        return {"id": self.id, "what": self.what, "from": _side(self.old), "to": _side(self.new), "status": self.status}
 
     @property
     def status(self) -> str:
@@ -62,8 +61,10 @@ def parse_client(text: str) -> str:
         raise ClientUnknown(f"--client {text!r}: expected speculators==X.Y.Z")
     version = m.group(1)
     if version not in CONNECTORS_OF:
-        raise ClientUnknown(f"--client {text}: no used surface recorded for speculators {version}'s client "
-                            f"(have: {', '.join(sorted(CONNECTORS_OF))})")
+        raise ClientUnknown(
+            f"--client {text}: no used surface recorded for speculators {version}'s client "
+            f"(have: {', '.join(sorted(CONNECTORS_OF))})"
+        )
     return version
 
 
@@ -88,29 +89,44 @@ def not_judged(old_root: Path | None, new_root: Path) -> list[str]:
     old = server_implementation(old_root) if old_root else None
     if new is None or old is None or new == old:  # nothing to compare with: the needs alone decide
         return []
-    return [f"the server's extract_hidden_states runs {new} (on --from: {old}): its behaviour is not a signature; run this "
-            f"client through vllm serve on that build to judge it"]
+    return [
+        f"the server's extract_hidden_states runs {new} (on --from: {old}): its behaviour is not a signature; run this "
+        f"client through vllm serve on that build to judge it"
+    ]
 
 
 def report(version: str, old: str, new: str, needs: list[Need], unjudged: list[str] | None = None) -> dict:
     failing = [n for n in needs if not n.new[0]]
     unjudged = list(unjudged or [])
     verdict = BROKEN if failing else UNDECIDED if unjudged else SAFE
-    return {"schema": "harness-gate-client/1", "client": f"speculators {version}",
-            "connectors": connectors_label(version), "from": old, "to": new,
-            "verdict": verdict, "exit_code": EXIT[verdict], "needs": [n.to_json() for n in needs],
-            "regressions": [n.id for n in failing if n.status == "regression"],
-            "missing_on_both": [n.id for n in failing if n.status == "missing on both"],
-            "not_judged": unjudged}
+    return {
+        "schema": "harness-gate-client/1",
+        "client": f"speculators {version}",
+        "connectors": connectors_label(version),
+        "from": old,
+        "to": new,
+        "verdict": verdict,
+        "exit_code": EXIT[verdict],
+        "needs": [n.to_json() for n in needs],
+        "regressions": [n.id for n in failing if n.status == "regression"],
+        "missing_on_both": [n.id for n in failing if n.status == "missing on both"],
+        "not_judged": unjudged,
+    }
 
 
 def markdown(rep: dict) -> str:
-    lines = [f"# gate: {rep['client']} ({rep['connectors']}) on vLLM {rep['from']} -> {rep['to']}: **{rep['verdict']}**",
-             "", "| need | on " + rep["from"] + " | on " + rep["to"] + " | evidence (candidate) |", "|---|---|---|---|"]
+    lines = [
+        f"# gate: {rep['client']} ({rep['connectors']}) on vLLM {rep['from']} -> {rep['to']}: **{rep['verdict']}**",
+        "",
+        "| need | on " + rep["from"] + " | on " + rep["to"] + " | evidence (candidate) |",
+        "|---|---|---|---|",
+    ]
     for n in rep["needs"]:
         mark = {True: "holds", False: "**fails**", None: "—"}
-        lines.append(f"| {n['id']} | {mark[n['from']['holds'] if n['from'] else None]} | {mark[n['to']['holds']]} | "
-                     f"{n['to']['evidence']} |")
+        lines.append(
+            f"| {n['id']} | {mark[n['from']['holds'] if n['from'] else None]} | {mark[n['to']['holds']]} | "
+            f"{n['to']['evidence']} |"
+        )
     if rep["regressions"]:
         lines += ["", "Broken by the move: " + ", ".join(rep["regressions"])]
     if rep["missing_on_both"]:

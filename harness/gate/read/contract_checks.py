@@ -25,4 +25,6 @@ def seed_modules(used) -> set[str]:
 
 
 def run_all(tree, used, follower) -> list[Fact]:
-    return [fact for m in contracts.modules() for check in m.CONTRACT.gate_checks for fact in check(tree, used, follower)]
+    return [
+        fact for m in contracts.modules() for check in m.CONTRACT.gate_checks for fact in check(tree, used, follower)
+    ]

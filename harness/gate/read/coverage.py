@@ -21,7 +21,8 @@ from harness.vllm_source.facts import RUNTIME, SURFACE, Finding
 #: (import symbol glob, chain after it or None for any, contract): the first matching row owns a fact; anything
 #: else is SURFACE (used vLLM API outside every contract).
 OWNERS: tuple[tuple[str, str | None, str], ...] = tuple(
-    (glob, chain, m.CONTRACT.id) for m in contracts.modules() for glob, chain in m.CONTRACT.gate_owns)
+    (glob, chain, m.CONTRACT.id) for m in contracts.modules() for glob, chain in m.CONTRACT.gate_owns
+)
 
 
 def owner(head: str, chain: str) -> str:
@@ -34,7 +35,9 @@ def owner(head: str, chain: str) -> str:
 #: Contracts no reading of vLLM's Python sources can decide, with why. The gate lists them as not
 #: checked (with the dynamic hook's answer) instead of passing them silently; a contract that is
 #: neither checked nor listed here makes the gate undecided.
-OUTSIDE: dict[str, str] = {m.CONTRACT.id: m.CONTRACT.gate_outside for m in contracts.modules() if m.CONTRACT.gate_outside}
+OUTSIDE: dict[str, str] = {
+    m.CONTRACT.id: m.CONTRACT.gate_outside for m in contracts.modules() if m.CONTRACT.gate_outside
+}
 
 
 @dataclass(frozen=True)
@@ -68,18 +71,25 @@ def needs_model_config(finding: Finding) -> bool:
     """A config-gated finding no source can decide: whether it matters depends on the target checkpoint's
     config, and none was given (--model-config)."""
     extras = set(finding.detail.get("not_passed_by_speculators", ()))
-    return (finding.contract == "layer" and finding.kind == "layer-call-extended" and bool(extras)
-            and extras <= set(layer.CONFIG_GATED) and "checkpoint_config" not in finding.detail)
+    return (
+        finding.contract == "layer"
+        and finding.kind == "layer-call-extended"
+        and bool(extras)
+        and extras <= set(layer.CONFIG_GATED)
+        and "checkpoint_config" not in finding.detail
+    )
 
 
-MODEL_CONFIG_HINT = ("depends on the target checkpoint's config ({keys}); pass --model-config /path/to/config.json "
-                     "to decide")
+MODEL_CONFIG_HINT = (
+    "depends on the target checkpoint's config ({keys}); pass --model-config /path/to/config.json to decide"
+)
 
 
 def cover(finding: Finding) -> Cover | None:
     """The shim that covers `finding`, or None (NEEDS-NEW-SHIM)."""
-    return next((c for c in COVERS if c.contract == finding.contract and c.kind == finding.kind and c.when(finding)),
-                None)
+    return next(
+        (c for c in COVERS if c.contract == finding.contract and c.kind == finding.kind and c.when(finding)), None
+    )
 
 
 def uncovered_reason(finding: Finding) -> str:
@@ -90,8 +100,10 @@ def uncovered_reason(finding: Finding) -> str:
         return f"{near[0].shim} handles this kind of change only when {near[0].condition}"
     extra = finding.detail.get("not_passed_by_speculators")
     if extra:
-        return (f"the stack's own loop passes {', '.join(extra)} to each layer, speculators' patched loop does not; "
-                f"no shim restores that")
+        return (
+            f"the stack's own loop passes {', '.join(extra)} to each layer, speculators' patched loop does not; "
+            f"no shim restores that"
+        )
     return f"no shim handles a {finding.kind} change in {finding.contract}"
 
 

@@ -55,9 +55,17 @@ def dynamic_check(version: str, report_dir: Path = REPORTS) -> dict | None:
     from harness.contracts import ids
 
     relied_on = set(ids())
-    worse = [{"contract": c["contract"], "outcome": c["outcome"], "expected": c.get("expected"), "report": path.name,
-              "reason": c.get("reason")} for c in rep["contracts"]
-             if c["outcome"] == "broken" and c.get("expected") != "broken" and c["contract"].split("[")[0] in relied_on]
+    worse = [
+        {
+            "contract": c["contract"],
+            "outcome": c["outcome"],
+            "expected": c.get("expected"),
+            "report": path.name,
+            "reason": c.get("reason"),
+        }
+        for c in rep["contracts"]
+        if c["outcome"] == "broken" and c.get("expected") != "broken" and c["contract"].split("[")[0] in relied_on
+    ]
     return {"env": env, "report": str(path.name), "status": rep["status"], "contracts": outcomes, "worse": worse}
 
 

@@ -38,17 +38,43 @@ from harness.vllm_source.tree import module_of
 PACKAGES = ("vllm/v1/engine", "vllm/v1/worker", "vllm/v1/core", "vllm/v1/executor", "vllm/v1/request.py")
 #: Text in an `if` test for a feature speculators' generator never enables (it builds its own VllmConfig):
 #: the branch taken with it on is not followed.
-NEVER_ENABLED = ("kv_transfer_config", "ec_transfer_config", "lora_config", "speculative_config", "is_pooling_model",
-                 "kv_connector", "VLLM_ELASTIC_EP", "is_elastic_ep", "dcp_world_size", "pcp_world_size",
-                 "use_ubatching", "supports_mm_inputs", "is_multimodal", "structured_output", "pooling",
-                 "enable_return_routed_experts", "is_encoder_decoder", "has_encoder", "sleep_mode", "is_sleeping")
+NEVER_ENABLED = (
+    "kv_transfer_config",
+    "ec_transfer_config",
+    "lora_config",
+    "speculative_config",
+    "is_pooling_model",
+    "kv_connector",
+    "VLLM_ELASTIC_EP",
+    "is_elastic_ep",
+    "dcp_world_size",
+    "pcp_world_size",
+    "use_ubatching",
+    "supports_mm_inputs",
+    "is_multimodal",
+    "structured_output",
+    "pooling",
+    "enable_return_routed_experts",
+    "is_encoder_decoder",
+    "has_encoder",
+    "sleep_mode",
+    "is_sleeping",
+)
 #: Attribute names whose class is a role, resolved per platform.
-ROLES = {"model_executor": "executor", "executor": "executor", "model_runner": "runner", "worker": "worker",
-         "driver_worker": "worker", "scheduler": "scheduler"}
+ROLES = {
+    "model_executor": "executor",
+    "executor": "executor",
+    "model_runner": "runner",
+    "worker": "worker",
+    "driver_worker": "worker",
+    "scheduler": "scheduler",
+}
 ENGINE = "vllm.v1.engine.core.EngineCore"
 SCHEDULER = "vllm.v1.core.sched.scheduler.Scheduler"
-EXECUTORS = ("vllm.v1.executor.multiproc_executor.MultiprocExecutor",
-             "vllm.v1.executor.uniproc_executor.UniProcExecutor")
+EXECUTORS = (
+    "vllm.v1.executor.multiproc_executor.MultiprocExecutor",
+    "vllm.v1.executor.uniproc_executor.UniProcExecutor",
+)
 #: Platform -> its worker module and class (the runners come from what that worker builds by default).
 PLATFORMS = {"cuda": ("vllm.v1.worker.gpu_worker", "Worker"), "cpu": ("vllm.v1.worker.cpu_worker", "CPUWorker")}
 #: Contract -> its entry points, (role, method), and the roles whose code its path enters. A call into another
@@ -59,13 +85,29 @@ PLATFORMS = {"cuda": ("vllm.v1.worker.gpu_worker", "Worker"), "cpu": ("vllm.v1.w
 #: and whose imports and signatures C-kvhelpers checks) is a leaf.
 WATCH: dict[str, tuple[tuple[tuple[str, str], ...], frozenset[str]]] = {
     "kvlayout": ((("engine", "__init__"), ("engine", "_initialize_kv_caches")), frozenset({"engine", "executor"})),
-    "runtime": ((("worker", "__init__"), ("worker", "init_device"), ("worker", "load_model"),
-                 ("worker", "initialize_from_config"), ("worker", "compile_or_warm_up_model"),
-                 ("runner", "__init__"), ("runner", "load_model"), ("runner", "initialize_kv_cache")),
-                frozenset({"worker", "runner"})),
+    "runtime": (
+        (
+            ("worker", "__init__"),
+            ("worker", "init_device"),
+            ("worker", "load_model"),
+            ("worker", "initialize_from_config"),
+            ("worker", "compile_or_warm_up_model"),
+            ("runner", "__init__"),
+            ("runner", "load_model"),
+            ("runner", "initialize_kv_cache"),
+        ),
+        frozenset({"worker", "runner"}),
+    ),
     "twophase": ((("worker", "execute_model"), ("worker", "sample_tokens")), frozenset({"worker", "runner"})),
-    "chunkedprefill": ((("scheduler", "schedule"), ("runner", "_update_states"), ("runner", "prepare_inputs"),
-                        ("runner", "_prepare_inputs")), frozenset({"scheduler", "runner", "batch"})),
+    "chunkedprefill": (
+        (
+            ("scheduler", "schedule"),
+            ("runner", "_update_states"),
+            ("runner", "prepare_inputs"),
+            ("runner", "_prepare_inputs"),
+        ),
+        frozenset({"scheduler", "runner", "batch"}),
+    ),
 }
 KIND = "changed-unclassified"
 
@@ -94,9 +136,13 @@ class ClassInfo:
 def _strip_docstrings(node: ast.AST) -> ast.AST:
     for n in ast.walk(node):
         body = getattr(n, "body", None)
-        if (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant)
-                and isinstance(body[0].value.value, str)):
+        if (
+            isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(getattr(body[0], "value", None), ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             n.body = body[1:] or [ast.Pass()]
     return node
 
@@ -121,8 +167,16 @@ def _fn(module: str, qual: str, node, rel: str) -> Fn:
     if getattr(clean, "returns", None) is not None:
         parts.append(ast.dump(clean.returns))
     body = hashlib.sha256("\n".join(parts).encode()).hexdigest()
-    return Fn(f"{module}:{qual}", rel, node.lineno, getattr(node, "end_lineno", node.lineno), ast.unparse(clean),
-              _signature(node), body, node)
+    return Fn(
+        f"{module}:{qual}",
+        rel,
+        node.lineno,
+        getattr(node, "end_lineno", node.lineno),
+        ast.unparse(clean),
+        _signature(node),
+        body,
+        node,
+    )
 
 
 @dataclass
@@ -152,9 +206,12 @@ def _read_module(path: str, digest: str, root: str) -> Module:
             for b in node.bases:
                 dotted = ast.unparse(b)
                 head = dotted.split(".")[0]
-                bases.append(imports[head] + dotted[len(head):] if head in imports else f"{name}.{dotted}")
-            methods = {n.name: _fn(name, f"{node.name}.{n.name}", n, rel) for n in node.body
-                       if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                bases.append(imports[head] + dotted[len(head) :] if head in imports else f"{name}.{dotted}")
+            methods = {
+                n.name: _fn(name, f"{node.name}.{n.name}", n, rel)
+                for n in node.body
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            }
             classes[node.name] = ClassInfo(f"{name}.{node.name}", bases, methods, _attr_types(node, imports, name))
     return Module(name, imports, classes, functions)
 
@@ -165,13 +222,16 @@ def _attr_types(cls: ast.ClassDef, imports: dict[str, str], module: str) -> dict
         text = text.split("[")[0].split("|")[0].strip()
         head = text.split(".")[0]
         if head in imports:
-            return imports[head] + text[len(head):]
+            return imports[head] + text[len(head) :]
         return None
 
     out: dict[str, str] = {}
     for n in ast.walk(cls):
-        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Attribute) and \
-                getattr(n.target.value, "id", None) == "self":
+        if (
+            isinstance(n, ast.AnnAssign)
+            and isinstance(n.target, ast.Attribute)
+            and getattr(n.target.value, "id", None) == "self"
+        ):
             d = dotted(n.annotation)
             if d:
                 out.setdefault(n.target.attr, d)
@@ -228,7 +288,7 @@ class Index:
         chain = self.mro(concrete)
         if after is not None:
             idx = next((i for i, c in enumerate(chain) if c.dotted == after), None)
-            chain = chain[idx + 1:] if idx is not None else []
+            chain = chain[idx + 1 :] if idx is not None else []
         for c in chain:
             if name in c.methods:
                 return c.methods[name]
@@ -296,8 +356,19 @@ def platform_roles(root: Path, index: Index) -> list[Platform]:
         read = runners.read(str(root), module)
         built = [r.path for r in read.defaults if index.cls(r.path) is not None]
         batch = sorted({t for r in built for t in [index.attr_type(r, "input_batch")] if t and index.cls(t)})
-        out.append(Platform(name, {"engine": [ENGINE], "scheduler": [SCHEDULER], "worker": [f"{module}.{cls}"],
-                                   "runner": built, "executor": list(EXECUTORS), "batch": batch}))
+        out.append(
+            Platform(
+                name,
+                {
+                    "engine": [ENGINE],
+                    "scheduler": [SCHEDULER],
+                    "worker": [f"{module}.{cls}"],
+                    "runner": built,
+                    "executor": list(EXECUTORS),
+                    "batch": batch,
+                },
+            )
+        )
     return out
 
 
@@ -313,7 +384,7 @@ def _calls(fn_node) -> list[ast.Call]:
     def visit(node):
         if isinstance(node, ast.If) and _never_enabled(node.test):
             negated = isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not)
-            for child in (node.body if negated else node.orelse):
+            for child in node.body if negated else node.orelse:
                 visit(child)
             return
         if isinstance(node, ast.Call):
@@ -379,8 +450,13 @@ def _targets(index: Index, platform: Platform, fn: Fn, module: str, concrete: st
                 t = index.method(concrete, f.attr)
                 if t is not None:
                     yield t, concrete
-            elif (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super" and concrete
-                  and defining):
+            elif (
+                isinstance(v, ast.Call)
+                and isinstance(v.func, ast.Name)
+                and v.func.id == "super"
+                and concrete
+                and defining
+            ):
                 t = index.method(concrete, f.attr, after=defining)
                 if t is not None:
                     yield t, concrete
@@ -437,7 +513,7 @@ def compatible_signature(old: tuple, new: tuple) -> bool:
     if [n for n, _, _ in new if n in old_map] != [n for n, _, _ in old]:
         return False
     old_pos = [n for n, _, k in old if k == "p"]
-    if [n for n, _, k in new if k == "p"][:len(old_pos)] != old_pos:
+    if [n for n, _, k in new if k == "p"][: len(old_pos)] != old_pos:
         return False
     return all(d or k in ("*", "**") for n, d, k in new if n not in old_map)
 
@@ -471,8 +547,17 @@ def changes(old: Index, new: Index, old_root: Path, new_root: Path) -> list[Chan
                     kind = "compatible"
                 else:
                     kind = "changed"
-                diff = "" if o is None else "\n".join(list(difflib.unified_diff(
-                    o.text.splitlines(), fn.text.splitlines(), "baseline", "candidate", lineterm="", n=1))[2:40])
+                diff = (
+                    ""
+                    if o is None
+                    else "\n".join(
+                        list(
+                            difflib.unified_diff(
+                                o.text.splitlines(), fn.text.splitlines(), "baseline", "candidate", lineterm="", n=1
+                            )
+                        )[2:40]
+                    )
+                )
                 out[key] = Change(contract, platform.name, key, kind, f"{fn.file}:{fn.line}", via, diff, [contract])
     return list(out.values())
 

@@ -98,13 +98,19 @@ def import_fact(tree: Tree, symbol: str) -> Fact:
         return Fact(contract, symbol, "import", "pending", None)
     homes = [m for m in tree.find_definitions(name) if m != module]
     if not homes:
-        return Fact(contract, symbol, "import", "absent", False, "import-removed",
-                    evidence=_module_where(tree, module))
+        return Fact(contract, symbol, "import", "absent", False, "import-removed", evidence=_module_where(tree, module))
     best = max(homes, key=lambda m: (len(os.path.commonprefix([m, module])), -len(m)))
     moved = tree.lookup(f"{best}.{name}")
-    return Fact(contract, symbol, "import", f"only in {best}", False, "import-moved",
-                evidence=tree.where(moved) if moved is not None else _module_where(tree, best),
-                detail={"moved_to": best, "name": name, "candidates": homes})
+    return Fact(
+        contract,
+        symbol,
+        "import",
+        f"only in {best}",
+        False,
+        "import-moved",
+        evidence=tree.where(moved) if moved is not None else _module_where(tree, best),
+        detail={"moved_to": best, "name": name, "candidates": homes},
+    )
 
 
 def _module_where(tree: Tree, module: str) -> str:
@@ -118,21 +124,35 @@ def surface_facts(tree: Tree, used: UsedSurface) -> tuple[list[Fact], Follower]:
     facts = list(imports.values())
     for call in used.calls:
         ref = follower.follow(call.module, call.callee)
-        if ref is None or ref.obj is None or not (ref.obj.is_class or ref.obj.is_function) or (
-                ref.obj.is_class and ref.instance):
+        if (
+            ref is None
+            or ref.obj is None
+            or not (ref.obj.is_class or ref.obj.is_function)
+            or (ref.obj.is_class and ref.instance)
+        ):
             continue
         facts += call_facts(tree, ref, call, coverage.owner(ref.head, ref.chain))
     for module, reads in used.attributes.items():
         for read in reads:
             ref = follower.follow(module, read)
-            for chain, owner, member, found in (ref.steps if ref else []):
+            for chain, owner, member, found in ref.steps if ref else []:
                 contract = coverage.owner(ref.head, chain)
                 symbol = ref.head + chain
                 if found is not None:
                     facts.append(Fact(contract, symbol, "attribute", "present", True, evidence=tree.where(found)))
                 else:
-                    facts.append(Fact(contract, symbol, "attribute", "absent", False, "attribute-removed",
-                                      evidence=tree.where(owner), detail={"member": member}))
+                    facts.append(
+                        Fact(
+                            contract,
+                            symbol,
+                            "attribute",
+                            "absent",
+                            False,
+                            "attribute-removed",
+                            evidence=tree.where(owner),
+                            detail={"member": member},
+                        )
+                    )
     return facts, follower
 
 

@@ -40,8 +40,10 @@ class Bisection:
         if self.first is None:
             return f"{self.contract}: no finding between {a} and {b} ({len(self.probed)} releases read)"
         undone = f"; undone again in {self.undone_in}" if self.undone_in else ""
-        return (f"{self.contract}: first changed in {self.first} (no finding in {self.last_without}{undone}; "
-                f"{len(self.probed)} of {len(self.releases)} releases read)")
+        return (
+            f"{self.contract}: first changed in {self.first} (no finding in {self.last_without}{undone}; "
+            f"{len(self.probed)} of {len(self.releases)} releases read)"
+        )
 
 
 def releases_between(a: str, b: str) -> list[str]:
@@ -80,8 +82,15 @@ def locate(releases: list[str], changed) -> tuple[str | None, str | None, str | 
     return releases[hi], releases[lo], None
 
 
-def bisect(contract: str, a: str | None = None, b: str | None = None, cache_dir=None, fixture: Path | None = None,
-           log=print, match: str | None = None) -> Bisection:
+def bisect(
+    contract: str,
+    a: str | None = None,
+    b: str | None = None,
+    cache_dir=None,
+    fixture: Path | None = None,
+    log=print,
+    match: str | None = None,
+) -> Bisection:
     from harness.gate.read import static
     from harness.vllm_source import used_surface
 
@@ -113,8 +122,9 @@ def bisect(contract: str, a: str | None = None, b: str | None = None, cache_dir=
     root = sources.ensure(out.first, cache_dir).root
     for f in findings(out.first):
         line = _line(root, f.evidence)
-        out.evidence.append({"symbol": f.symbol, "kind": f.kind, "old": f.old, "new": f.new,
-                             "evidence": f.evidence, "line": line})
+        out.evidence.append(
+            {"symbol": f.symbol, "kind": f.kind, "old": f.old, "new": f.new, "evidence": f.evidence, "line": line}
+        )
     return out
 
 
@@ -134,8 +144,10 @@ def run(args) -> int:
     from harness import contracts
 
     if args.contract not in contracts.ids():
-        print(f"harness gate bisect: unknown contract {args.contract!r} (one of: {', '.join(contracts.ids())})",
-              file=sys.stderr)
+        print(
+            f"harness gate bisect: unknown contract {args.contract!r} (one of: {', '.join(contracts.ids())})",
+            file=sys.stderr,
+        )
         return 2
     a, b = args.between or (None, None)
     try:

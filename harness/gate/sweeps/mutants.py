@@ -42,12 +42,27 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 STEP = "mutant_new_setup_step"
-PROTOCOL = ("insert-executor-call", "insert-helper-call", "insert-rpc-by-name", "rename-attribute", "add-sort",
-            "move-sort")
+PROTOCOL = (
+    "insert-executor-call",
+    "insert-helper-call",
+    "insert-rpc-by-name",
+    "rename-attribute",
+    "add-sort",
+    "move-sort",
+)
 NEUTRAL = ("docstring-edit", "comment-edit", "optional-kwarg", "new-module")
 #: Attributes read on the worker, runner and input batch by speculators 0.3.0 and the harness's shims.
-READ_ATTRIBUTES = ("model_runner", "model", "input_batch", "req_ids", "kv_caches", "requests", "req_id_to_index",
-                   "vllm_config", "device")
+READ_ATTRIBUTES = (
+    "model_runner",
+    "model",
+    "input_batch",
+    "req_ids",
+    "kv_caches",
+    "requests",
+    "req_id_to_index",
+    "vllm_config",
+    "device",
+)
 
 
 @dataclass
@@ -67,14 +82,18 @@ class Mutant:
 # -- editing source text -------------------------------------------------------------------------------------
 def _indent_of(lines: list[str], lineno: int) -> str:
     line = lines[lineno - 1]
-    return line[:len(line) - len(line.lstrip())]
+    return line[: len(line) - len(line.lstrip())]
 
 
 def _first_body_line(fn) -> int:
     """Where a statement can go first in `fn` (after its docstring)."""
     body = fn.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-            and isinstance(body[0].value.value, str):
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(getattr(body[0], "value", None), ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         return body[1].lineno if len(body) > 1 else body[0].end_lineno + 1
     return body[0].lineno
 
@@ -98,7 +117,7 @@ def replace_node(text: str, node, new_source: str) -> str:
     lines = text.splitlines(keepends=True)
     start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
     indent = _indent_of(lines, start)
-    lines[start - 1:node.end_lineno] = [textwrap.indent(new_source.rstrip() + "\n", indent)]
+    lines[start - 1 : node.end_lineno] = [textwrap.indent(new_source.rstrip() + "\n", indent)]
     return "".join(lines)
 
 
@@ -145,8 +164,14 @@ def _node(tree: ast.Module, site: Site):
         scope = cls.body
     else:
         cls = None
-    fn = next((n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == site.fn
-               and n.lineno == site.line), None)
+    fn = next(
+        (
+            n
+            for n in scope
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == site.fn and n.lineno == site.line
+        ),
+        None,
+    )
     return cls, fn
 
 
@@ -188,11 +213,19 @@ def generate(release: str, root: Path, per_operator: int, seed: int = 2026) -> t
         where = f"{s.file}:{s.line} {s.cls}.{s.fn}"
         call = "self.model_executor" if s.cls == "EngineCore" else "self"  # who sends a step by name
         if s in engine:
-            add("insert-executor-call", s.file, where,
-                lambda t=t, fn=fn: insert_at_top(t, fn, f"self.model_executor.{STEP}()"))
+            add(
+                "insert-executor-call",
+                s.file,
+                where,
+                lambda t=t, fn=fn: insert_at_top(t, fn, f"self.model_executor.{STEP}()"),
+            )
         if s in engine or s in executor_like:
-            add("insert-rpc-by-name", s.file, where,
-                lambda t=t, fn=fn, call=call: insert_at_top(t, fn, f'{call}.collective_rpc("{STEP}")'))
+            add(
+                "insert-rpc-by-name",
+                s.file,
+                where,
+                lambda t=t, fn=fn, call=call: insert_at_top(t, fn, f'{call}.collective_rpc("{STEP}")'),
+            )
         if s.cls == "EngineCore":
             step = f"self.model_executor.{STEP}()"
         elif "Executor" in s.cls:
@@ -222,17 +255,24 @@ def generate(release: str, root: Path, per_operator: int, seed: int = 2026) -> t
         for n in ast.walk(fn):
             targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
             for tg in targets:
-                if isinstance(tg, ast.Attribute) and getattr(tg.value, "id", None) == "self" and \
-                        tg.attr in READ_ATTRIBUTES:
+                if (
+                    isinstance(tg, ast.Attribute)
+                    and getattr(tg.value, "id", None) == "self"
+                    and tg.attr in READ_ATTRIBUTES
+                ):
                     lines = t.splitlines(keepends=True)
                     line = lines[tg.lineno - 1]
                     col = tg.end_col_offset - len(tg.attr)
-                    if line[col:tg.end_col_offset] != tg.attr:
+                    if line[col : tg.end_col_offset] != tg.attr:
                         continue
-                    lines[tg.lineno - 1] = line[:col] + tg.attr + "_renamed" + line[tg.end_col_offset:]
+                    lines[tg.lineno - 1] = line[:col] + tg.attr + "_renamed" + line[tg.end_col_offset :]
                     renamed = "".join(lines)
-                    add("rename-attribute", s.file, f"{s.file}:{tg.lineno} {s.cls}.{tg.attr}",
-                        lambda renamed=renamed: renamed)
+                    add(
+                        "rename-attribute",
+                        s.file,
+                        f"{s.file}:{tg.lineno} {s.cls}.{tg.attr}",
+                        lambda renamed=renamed: renamed,
+                    )
     # add-sort / move-sort on the request path
     for s in request:
         t = text(s.file)
@@ -244,8 +284,10 @@ def generate(release: str, root: Path, per_operator: int, seed: int = 2026) -> t
         if s.cls == "Scheduler":
             stmt = "self.running.sort(key=lambda r: r.num_tokens)"
         elif "scheduler_output" in params:
-            stmt = ("scheduler_output.num_scheduled_tokens = dict(sorted("
-                    "scheduler_output.num_scheduled_tokens.items(), key=lambda kv: kv[1]))")
+            stmt = (
+                "scheduler_output.num_scheduled_tokens = dict(sorted("
+                "scheduler_output.num_scheduled_tokens.items(), key=lambda kv: kv[1]))"
+            )
         elif s.cls and "InputBatch" in s.cls:
             stmt = "self._req_ids.sort(key=str)"
         else:
@@ -266,9 +308,15 @@ def generate(release: str, root: Path, per_operator: int, seed: int = 2026) -> t
                     _, fn = _node(tree(sched.file), sched)
                     moved = insert_at_top(st, fn, "self.running.sort(key=lambda r: r.num_tokens)")
                     # two files: the runner without its sort (the mutant's source), the scheduler with one (extra)
-                    add("move-sort", rel, f"{r.sorts_steps} -> {sched.file}:{sched.line}",
+                    add(
+                        "move-sort",
+                        rel,
+                        f"{r.sorts_steps} -> {sched.file}:{sched.line}",
                         lambda t=t, n=n, moved=moved, sched=sched: (
-                            replace_span(t, n, f"list({ast.unparse(n.args[0])})"), {sched.file: moved}))
+                            replace_span(t, n, f"list({ast.unparse(n.args[0])})"),
+                            {sched.file: moved},
+                        ),
+                    )
     # neutral
     for s in watched:
         t = text(s.file)
@@ -277,18 +325,29 @@ def generate(release: str, root: Path, per_operator: int, seed: int = 2026) -> t
             continue
         where = f"{s.file}:{s.line} {(s.cls + '.') if s.cls else ''}{s.fn}"
         first = fn.body[0]
-        if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) and \
-                isinstance(first.value.value, str):
+        if (
+            isinstance(first, ast.Expr)
+            and isinstance(getattr(first, "value", None), ast.Constant)
+            and isinstance(first.value.value, str)
+        ):
             lines = t.splitlines(keepends=True)
             indent = _indent_of(lines, first.lineno)
-            lines[first.lineno - 1:first.end_lineno] = [f'{indent}"""Reworded by the mutation suite: same code."""\n']
+            lines[first.lineno - 1 : first.end_lineno] = [f'{indent}"""Reworded by the mutation suite: same code."""\n']
             reworded = "".join(lines)
             add("docstring-edit", s.file, where, lambda reworded=reworded: reworded)
         else:
-            add("docstring-edit", s.file, where,
-                lambda t=t, fn=fn: insert_at_top(t, fn, '"""Added by the mutation suite."""'))
-        add("comment-edit", s.file, where,
-            lambda t=t, fn=fn: insert_at_top(t, fn, "# a comment the mutation suite added"))
+            add(
+                "docstring-edit",
+                s.file,
+                where,
+                lambda t=t, fn=fn: insert_at_top(t, fn, '"""Added by the mutation suite."""'),
+            )
+        add(
+            "comment-edit",
+            s.file,
+            where,
+            lambda t=t, fn=fn: insert_at_top(t, fn, "# a comment the mutation suite added"),
+        )
 
         def optional(t=t, fn=fn):
             node = ast.parse(ast.unparse(fn)).body[0]
@@ -300,8 +359,15 @@ def generate(release: str, root: Path, per_operator: int, seed: int = 2026) -> t
     for i, pkg in enumerate(("vllm/v1/engine", "vllm/v1/worker", "vllm/v1/core/sched", "vllm/v1/executor")):
         if (root / pkg).is_dir():
             rel = f"{pkg}/mutant_unrelated_{i}.py"
-            add("new-module", rel, rel, lambda: '"""Nothing imports this."""\n\n\nclass Unrelated:\n'
-                                               '    def run(self):\n        return sorted([3, 1, 2])\n')
+            add(
+                "new-module",
+                rel,
+                rel,
+                lambda: (
+                    '"""Nothing imports this."""\n\n\nclass Unrelated:\n'
+                    "    def run(self):\n        return sorted([3, 1, 2])\n"
+                ),
+            )
     out, dropped = [], 0
     for op, found in candidates.items():
         found = sorted(found, key=lambda c: c[1])
@@ -324,10 +390,10 @@ def replace_span(text: str, node, new: str) -> str:
     lines = text.splitlines(keepends=True)
     if node.lineno == node.end_lineno:
         line = lines[node.lineno - 1]
-        lines[node.lineno - 1] = line[:node.col_offset] + new + line[node.end_col_offset:]
+        lines[node.lineno - 1] = line[: node.col_offset] + new + line[node.end_col_offset :]
         return "".join(lines)
     first, last = lines[node.lineno - 1], lines[node.end_lineno - 1]
-    lines[node.lineno - 1:node.end_lineno] = [first[:node.col_offset] + new + last[node.end_col_offset:]]
+    lines[node.lineno - 1 : node.end_lineno] = [first[: node.col_offset] + new + last[node.end_col_offset :]]
     return "".join(lines)
 
 
@@ -354,7 +420,7 @@ def _top_names(text: str) -> set[str]:
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(n.name)
         elif isinstance(n, (ast.Assign, ast.AnnAssign)):
-            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
                 names |= {e.id for e in ast.walk(t) if isinstance(e, ast.Name)}
     return names
 
@@ -405,8 +471,17 @@ def judge(root: str, fixture: str, m: Mutant) -> Mutant:
             facts = base_facts if same_facts(root, m, read_files, names) else static.version_facts(str(tree), fixture)
             comparison = static.compare(base_facts, facts)
             paths = reach.review(Path(root), tree, comparison.findings)
-            gate = verdict.decide(m.release, f"{m.release}+mutant", comparison, contracts.ids(), allowlist.load(None),
-                                  _dt.date.today(), None, "not requested", paths)
+            gate = verdict.decide(
+                m.release,
+                f"{m.release}+mutant",
+                comparison,
+                contracts.ids(),
+                allowlist.load(None),
+                _dt.date.today(),
+                None,
+                "not requested",
+                paths,
+            )
         except Exception as exc:  # noqa: BLE001 - a crash on a mutant is a result to report, not a stop
             m.verdict, m.exit_code, m.reason = "ERROR", 2, f"{type(exc).__name__}: {exc}"[:300]
             return m
@@ -417,8 +492,7 @@ def judge(root: str, fixture: str, m: Mutant) -> Mutant:
     return m
 
 
-def run(releases: list[str], per_operator: int, out_json: Path, out_md: Path, workers: int = 2,
-        log=print) -> dict:
+def run(releases: list[str], per_operator: int, out_json: Path, out_md: Path, workers: int = 2, log=print) -> dict:
     from harness.envs import sources
     from harness.vllm_source import used_surface
 
@@ -452,22 +526,35 @@ def summarise(done: list[Mutant], releases: list[str], dropped: int, seconds: fl
     for op in PROTOCOL + NEUTRAL:
         mine = [m for m in done if m.operator == op]
         flagged = [m for m in mine if m.verdict not in ("SAFE",)]
-        ops[op] = {"protocol": op in PROTOCOL, "mutants": len(mine), "flagged": len(flagged),
-                   "releases": sorted({m.release for m in mine})}
+        ops[op] = {
+            "protocol": op in PROTOCOL,
+            "mutants": len(mine),
+            "flagged": len(flagged),
+            "releases": sorted({m.release for m in mine}),
+        }
     protocol = [m for m in done if m.protocol]
     neutral = [m for m in done if not m.protocol]
     missed = [m for m in protocol if m.verdict == "SAFE"]
     alarms = [m for m in neutral if m.verdict != "SAFE"]
     return {
-        "schema": "harness-gate-mutants/1", "releases": releases, "per_operator": per_operator,
-        "mutants": len(done), "operators": len([o for o in ops.values() if o["mutants"]]), "dropped_unparsable": dropped,
-        "protocol": {"mutants": len(protocol), "flagged": len(protocol) - len(missed),
-                     "detection": round((len(protocol) - len(missed)) / len(protocol), 4) if protocol else None},
+        "schema": "harness-gate-mutants/1",
+        "releases": releases,
+        "per_operator": per_operator,
+        "mutants": len(done),
+        "operators": len([o for o in ops.values() if o["mutants"]]),
+        "dropped_unparsable": dropped,
+        "protocol": {
+            "mutants": len(protocol),
+            "flagged": len(protocol) - len(missed),
+            "detection": round((len(protocol) - len(missed)) / len(protocol), 4) if protocol else None,
+        },
         "neutral": {"mutants": len(neutral), "false_alarms": len(alarms)},
         "by_operator": ops,
         "verdicts": {v: sum(m.verdict == v for m in done) for v in sorted({m.verdict for m in done})},
-        "missed": [_row(m) for m in missed], "false_alarms": [_row(m) for m in alarms],
-        "all": [_row(m) for m in done], "seconds": seconds,
+        "missed": [_row(m) for m in missed],
+        "false_alarms": [_row(m) for m in alarms],
+        "all": [_row(m) for m in done],
+        "seconds": seconds,
     }
 
 
@@ -480,22 +567,32 @@ def _row(m: Mutant) -> dict:
 
 def markdown(rep: dict) -> str:
     p, n = rep["protocol"], rep["neutral"]
-    lines = [f"# The gate against one-change mutants of vLLM {', '.join(rep['releases'])}", "",
-             f"{rep['mutants']} mutants, {rep['operators']} operators (at most {rep['per_operator']} per operator and "
-             f"release, a seeded sample of each operator's sites); {rep['dropped_unparsable']} candidates dropped "
-             f"because they did not parse. Protocol mutants flagged (not SAFE): **{p['flagged']}/{p['mutants']}"
-             f"** ({(p['detection'] or 0) * 100:.1f} %); neutral mutants flagged: **{n['false_alarms']}/"
-             f"{n['mutants']}**. Verdicts: " + ", ".join(f"{k} {v}" for k, v in rep["verdicts"].items()) + ".", "",
-             "| operator | kind | releases | mutants | flagged | missed / false alarms |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"# The gate against one-change mutants of vLLM {', '.join(rep['releases'])}",
+        "",
+        f"{rep['mutants']} mutants, {rep['operators']} operators (at most {rep['per_operator']} per operator and "
+        f"release, a seeded sample of each operator's sites); {rep['dropped_unparsable']} candidates dropped "
+        f"because they did not parse. Protocol mutants flagged (not SAFE): **{p['flagged']}/{p['mutants']}"
+        f"** ({(p['detection'] or 0) * 100:.1f} %); neutral mutants flagged: **{n['false_alarms']}/"
+        f"{n['mutants']}**. Verdicts: " + ", ".join(f"{k} {v}" for k, v in rep["verdicts"].items()) + ".",
+        "",
+        "| operator | kind | releases | mutants | flagged | missed / false alarms |",
+        "|---|---|---|---|---|---|",
+    ]
     for op, o in rep["by_operator"].items():
         bad = o["mutants"] - o["flagged"] if o["protocol"] else o["flagged"]
-        lines.append(f"| {op} | {'protocol' if o['protocol'] else 'neutral'} | {', '.join(o['releases'])} | "
-                     f"{o['mutants']} | {o['flagged']} | {bad} |")
+        lines.append(
+            f"| {op} | {'protocol' if o['protocol'] else 'neutral'} | {', '.join(o['releases'])} | "
+            f"{o['mutants']} | {o['flagged']} | {bad} |"
+        )
     lines.append("")
-    for title, rows in (("Missed protocol mutants (came back SAFE)", rep["missed"]),
-                        ("Neutral mutants flagged (false alarms)", rep["false_alarms"])):
+    for title, rows in (
+        ("Missed protocol mutants (came back SAFE)", rep["missed"]),
+        ("Neutral mutants flagged (false alarms)", rep["false_alarms"]),
+    ):
         lines += [f"## {title}", ""]
-        lines += [f"- {r['release']} {r['operator']} at `{r['site']}`: {r['verdict']}; {r['reason']}" for r in rows] \
-            or ["None."]
+        lines += [
+            f"- {r['release']} {r['operator']} at `{r['site']}`: {r['verdict']}; {r['reason']}" for r in rows
+        ] or ["None."]
         lines.append("")
     return "\n".join(lines)

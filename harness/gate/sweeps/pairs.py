@@ -52,21 +52,36 @@ def run(args) -> int:
         for old, new in itertools.pairwise(versions):
             out = Path(tmp) / f"{old}-{new}.json"
             t0 = time.perf_counter()
-            rc = subprocess.run([sys.executable, "-m", "harness", "gate", "--from", old, "--to", new, "--json", str(out)]
-                                + (["--cache-dir", args.cache_dir] if args.cache_dir else []),
-                                stdout=subprocess.DEVNULL, check=False).returncode
+            rc = subprocess.run(
+                [sys.executable, "-m", "harness", "gate", "--from", old, "--to", new, "--json", str(out)]
+                + (["--cache-dir", args.cache_dir] if args.cache_dir else []),
+                stdout=subprocess.DEVNULL,
+                check=False,
+            ).returncode
             rep = json.loads(out.read_text()) if out.exists() else {}
             by_contract: dict[str, int] = {}
             for c in rep.get("unclassified", []):
                 by_contract[c["contract"]] = by_contract.get(c["contract"], 0) + 1
-            rows.append({"from": old, "to": new, "verdict": rep.get("verdict", "UNDECIDED"), "exit_code": rc,
-                         "findings": len(rep.get("findings", [])),
-                         "uncovered": sum(f["status"] == "uncovered" for f in rep.get("findings", [])),
-                         "changed_unclassified": len(rep.get("unclassified", [])),
-                         "classified": len(rep.get("classified", [])), "unclassified_by_contract": by_contract,
-                         "error": rep.get("error"), "seconds": round(time.perf_counter() - t0, 1)})
-            print(f"gate pairs: {old} -> {new}: {rows[-1]['verdict']}, {rows[-1]['changed_unclassified']} "
-                  f"changed-unclassified", file=sys.stderr)
+            rows.append(
+                {
+                    "from": old,
+                    "to": new,
+                    "verdict": rep.get("verdict", "UNDECIDED"),
+                    "exit_code": rc,
+                    "findings": len(rep.get("findings", [])),
+                    "uncovered": sum(f["status"] == "uncovered" for f in rep.get("findings", [])),
+                    "changed_unclassified": len(rep.get("unclassified", [])),
+                    "classified": len(rep.get("classified", [])),
+                    "unclassified_by_contract": by_contract,
+                    "error": rep.get("error"),
+                    "seconds": round(time.perf_counter() - t0, 1),
+                }
+            )
+            print(
+                f"gate pairs: {old} -> {new}: {rows[-1]['verdict']}, {rows[-1]['changed_unclassified']} "
+                f"changed-unclassified",
+                file=sys.stderr,
+            )
     report = {"schema": "harness-gate-pairs/1", "generated_at": now(), "releases": versions, "pairs": rows}
     target = Path(args.json) if args.json else REPORTS / "gate-release-pairs.json"
     write_atomic(target, json.dumps(report, indent=2) + "\n")
@@ -76,15 +91,21 @@ def run(args) -> int:
 
 
 def markdown(report: dict) -> str:
-    lines = ["# The gate on consecutive vLLM releases", "",
-             "speculators 0.3.0's surface; static reading plus the watched paths. `findings`: changes the targeted "
-             "checks name (`uncovered`: no shim covers them); `changed-unclassified`: functions on a watched path "
-             "that changed with no check classifying the change (a reviewer reads them, or `--dynamic` observes "
-             "the contract); `classified`: changed functions a finding already accounts for.", "",
-             "| from | to | verdict | findings (uncovered) | changed-unclassified | by contract | classified |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# The gate on consecutive vLLM releases",
+        "",
+        "speculators 0.3.0's surface; static reading plus the watched paths. `findings`: changes the targeted "
+        "checks name (`uncovered`: no shim covers them); `changed-unclassified`: functions on a watched path "
+        "that changed with no check classifying the change (a reviewer reads them, or `--dynamic` observes "
+        "the contract); `classified`: changed functions a finding already accounts for.",
+        "",
+        "| from | to | verdict | findings (uncovered) | changed-unclassified | by contract | classified |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in report["pairs"]:
         by = ", ".join(f"{k} {v}" for k, v in sorted(r["unclassified_by_contract"].items()))
-        lines.append(f"| {r['from']} | {r['to']} | {r['verdict']} | {r['findings']} ({r['uncovered']}) | "
-                     f"{r['changed_unclassified']} | {by} | {r['classified']} |")
+        lines.append(
+            f"| {r['from']} | {r['to']} | {r['verdict']} | {r['findings']} ({r['uncovered']}) | "
+            f"{r['changed_unclassified']} | {by} | {r['classified']} |"
+        )
     return "\n".join(lines) + "\n"
