@@ -35,7 +35,7 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         nargs="?",
         choices=("bisect", "mutants", "pairs"),
         help="bisect: name the first release in which --contract changes (see harness/gate/sweeps/bisect.py); "
-        "mutants: run the gate on one-change copies of real releases (harness/gate/sweeps/mutants.py); "
+        "mutants: run the gate on one-change copies of real releases (harness/gate/sweeps/mutants/); "
         "pairs: run it on every consecutive pair of releases (harness/gate/sweeps/pairs.py)",
     )
     p.add_argument(
