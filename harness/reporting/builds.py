@@ -115,39 +115,49 @@ def cuda_cells(report_dir: Path, cell) -> dict[str, dict[str, dict]]:
     out: dict[str, dict[str, dict]] = {}
     for vllm in sorted({v for v, _m in tier}):
         models = {m: tier[(v, m)] for v, m in tier if v == vllm}
-        seen = {m: _tier_model(rep) for m, (_p, rep) in models.items()}
-        device = " and ".join(sorted({_device(rep["device"].get("devices", [])) for _p, rep in models.values()}))
-        ok = [m for m, (passed, _w, _s) in seen.items() if passed]
-        shims = sorted({s for _p, _w, ss in seen.values() for s in ss})
-        why = "; ".join(f"{m}: {w}" for m, (_p, w, _s) in sorted(seen.items())) + f" (vLLM {vllm} CUDA, {device})"
-        verdict = (ax.SHIMMED if shims else ax.WORKS) if len(ok) == len(seen) else ax.PARTIAL if ok else ax.BROKEN
-        out.setdefault("0.3.0", {})[vllm] = cell(
-            verdict,
-            why,
-            shims if verdict != ax.BROKEN else [],
-            models=ok if verdict == ax.PARTIAL else None,
-            build=CUDA,
-            evidence=_evidence(report_dir, [p for p, _r in models.values()]),
-            fault=None if verdict in (ax.WORKS, ax.SHIMMED) else _tier_fault(models),
-        )
+        out.setdefault("0.3.0", {})[vllm] = _generator_cell(report_dir, cell, vllm, models)
     for vllm in sorted({v for v, _m in clients}):
         models = {m: clients[(v, m)] for v, m in clients if v == vllm}
-        releases = sorted({r for _p, rep in models.values() for r in rep["clients"]})
-        for release in releases:
-            got = {m: _judged(rep, release) for m, (_p, rep) in models.items() if release in rep["clients"]}
-            ok = sorted(m for m, c in got.items() if c["agrees"])
-            why = "; ".join(f"{m}: {c.get('verdict', '')}" for m, c in sorted(got.items())) + f" (vLLM {vllm} CUDA)"
-            verdict = ax.WORKS if len(ok) == len(got) else ax.PARTIAL if ok else ax.BROKEN
-            unseen = [m for m in CLIENT_MODELS if m not in got]
-            if unseen:  # a model the client path is checked on that no CUDA report of this release covers
-                why += f"; not observed on CUDA: {', '.join(unseen)}"
-            out.setdefault(release, {})[vllm] = cell(
-                verdict,
-                why,
-                models=ok if verdict == ax.PARTIAL else None,
-                build=CUDA,
-                complete=not unseen,
-                evidence=_evidence(report_dir, [p for m, (p, _r) in models.items() if m in got]),
-                fault=None if verdict == ax.WORKS else ax.fault_of(release, got),
-            )
+        for release in sorted({r for _p, rep in models.values() for r in rep["clients"]}):
+            out.setdefault(release, {})[vllm] = _client_cell(report_dir, cell, vllm, models, release)
     return out
+
+
+def _generator_cell(report_dir: Path, cell, vllm: str, models: dict) -> dict:
+    """speculators 0.3.0's generator on one CUDA release: works (or shimmed) where every model's tier passed."""
+    seen = {m: _tier_model(rep) for m, (_p, rep) in models.items()}
+    device = " and ".join(sorted({_device(rep["device"].get("devices", [])) for _p, rep in models.values()}))
+    ok = [m for m, (passed, _w, _s) in seen.items() if passed]
+    shims = sorted({s for _p, _w, ss in seen.values() for s in ss})
+    why = "; ".join(f"{m}: {w}" for m, (_p, w, _s) in sorted(seen.items())) + f" (vLLM {vllm} CUDA, {device})"
+    verdict = (ax.SHIMMED if shims else ax.WORKS) if len(ok) == len(seen) else ax.PARTIAL if ok else ax.BROKEN
+    return cell(
+        verdict,
+        why,
+        shims if verdict != ax.BROKEN else [],
+        models=ok if verdict == ax.PARTIAL else None,
+        build=CUDA,
+        evidence=_evidence(report_dir, [p for p, _r in models.values()]),
+        fault=None if verdict in (ax.WORKS, ax.SHIMMED) else _tier_fault(models),
+    )
+
+
+def _client_cell(report_dir: Path, cell, vllm: str, models: dict, release: str) -> dict:
+    """One speculators client release over `vllm serve` on one CUDA release: works where every model agreed, and
+    incomplete where a model the client path is checked on has no CUDA report."""
+    got = {m: _judged(rep, release) for m, (_p, rep) in models.items() if release in rep["clients"]}
+    ok = sorted(m for m, c in got.items() if c["agrees"])
+    why = "; ".join(f"{m}: {c.get('verdict', '')}" for m, c in sorted(got.items())) + f" (vLLM {vllm} CUDA)"
+    verdict = ax.WORKS if len(ok) == len(got) else ax.PARTIAL if ok else ax.BROKEN
+    unseen = [m for m in CLIENT_MODELS if m not in got]
+    if unseen:
+        why += f"; not observed on CUDA: {', '.join(unseen)}"
+    return cell(
+        verdict,
+        why,
+        models=ok if verdict == ax.PARTIAL else None,
+        build=CUDA,
+        complete=not unseen,
+        evidence=_evidence(report_dir, [p for m, (p, _r) in models.items() if m in got]),
+        fault=None if verdict == ax.WORKS else ax.fault_of(release, got),
+    )

@@ -142,20 +142,30 @@ def _build(rep: dict) -> str:
 def _native_client(rep: dict, version: str) -> dict:
     seen = [e for e in rep.get("e2e", []) if e["model"].startswith(client_row("", version)) and "agrees" in e["check"]]
     if not seen:
-        path = next((c for c in rep.get("contracts", []) if c["contract"] == "native-path"), None)
-        if path is not None and path["outcome"] == "n/a":  # observed: this build has no export for any client
-            return _cell(NOT_RUNNABLE, f"native-path: {path.get('reason') or 'no native hidden-state export'}")
-        return _cell(NOT_OBSERVED, "the report predates this client's rows")
+        return _unseen_native_client(rep)
     if all(e["result"] == "n/a" for e in seen):
         return _cell(NOT_RUNNABLE, seen[0]["measured"])
-    models = ", ".join(e["model"].split(":", 1)[1] for e in seen)
     if all(e["result"] == "pass" for e in seen):
+        models = ", ".join(e["model"].split(":", 1)[1] for e in seen)
         shimmed = any("sync_writer" in e["measured"] for e in seen)
         return _cell(
             SHIMMED if shimmed else WORKS,
             ("through harness.native.sync_writer (a CPU build's connector) on " if shimmed else "on ") + models,
             ["sync_writer"] if shimmed else [],
         )
+    return _failing_native_client(rep, version, seen)
+
+
+def _unseen_native_client(rep: dict) -> dict:
+    """No row of this client: not runnable where the build has no native export at all, else not observed."""
+    path = next((c for c in rep.get("contracts", []) if c["contract"] == "native-path"), None)
+    if path is not None and path["outcome"] == "n/a":  # observed: this build has no export for any client
+        return _cell(NOT_RUNNABLE, f"native-path: {path.get('reason') or 'no native hidden-state export'}")
+    return _cell(NOT_OBSERVED, "the report predates this client's rows")
+
+
+def _failing_native_client(rep: dict, version: str, seen: list[dict]) -> dict:
+    """Some model's check failed: partial where another passed, and whose fault it is."""
     failed = next(e for e in seen if e["result"] != "pass")
     why = f"{failed['model'].split(':', 1)[1]}: {failed['measured']}"
     passing = [e["model"].split(":", 1)[1] for e in seen if e["result"] == "pass"]

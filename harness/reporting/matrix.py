@@ -17,100 +17,30 @@ SCHEMA = "harness-matrix/1"
 
 
 def merge(report_dir: Path = REPORTS) -> dict:
-    vs = versions()
+    report_dir = Path(report_dir)
     columns, rows, clients = [], {}, {v: {} for v in client_axis.CLIENTS}
-    cuda = builds.cuda_cells(Path(report_dir), client_axis._cell)
-    for ver, meta in vs.items():
-        path = Path(report_dir) / f"{meta['env']}.json"
+    cuda = builds.cuda_cells(report_dir, client_axis._cell)
+    for ver, meta in versions().items():
+        path = report_dir / f"{meta['env']}.json"
         col = {"version": ver, "env": meta["env"], "package": meta["package"]}
-        if not meta.get("runnable", True):
-            col.update(status="not runnable here", reason=meta.get("reason") or "see fixtures/envs/matrix.toml")
-        elif not path.is_file():
-            col.update(
-                status="not runnable here",
-                reason=f"no report: reports/{path.name} was not produced (run `tox -e {meta['env']}`)",
-            )
-        if col.get("status") == "not runnable here":
-            for v, cell in client_axis.not_runnable(col["reason"]).items():
+        unrunnable = _unrunnable(meta, path)
+        if unrunnable:
+            col.update(status="not runnable here", reason=unrunnable)
+            for v, cell in client_axis.not_runnable(unrunnable).items():
                 clients[v][ver] = cell
         else:
-            rep = read(path)
-            bench = Path(report_dir) / f"{meta['env']}.bench.json"
-            if bench.is_file():
-                rep["benchmark"] = json.loads(bench.read_text())
-            # Judged again by the current rule from the report's own content: a report written under an older,
-            # greener rule does not keep its old verdict.
-            status, gaps = judge(rep)
-            status, gaps = _predates(rep, status, gaps)
-            supplement = _supplement(rep, Path(report_dir) / f"{meta['env']}.incomplete.json")
-            if supplement and supplement["status"] != "pass" and status != "fail":
-                status = supplement["status"]
-                gaps = gaps + [dict(g, what="subset run: " + g["what"]) for g in supplement["gaps"]]
-            evidence = f"reports/{path.name}" + (f" + reports/{meta['env']}.incomplete.json" if supplement else "")
+            rep, status, gaps, supplement, evidence = _judged(path, report_dir, meta["env"])
             for v, cell in client_axis.cells(rep, status, evidence).items():
                 clients[v][ver] = cell
-            col.update(
-                status=status,
-                incomplete=gaps,
-                installed=rep["versions"],
-                generated_at=rep["generated_at"],
-                wall_s=rep["tests"].get("wall_s"),
-                proofs_s=(rep.get("timings") or {}).get("proofs_s"),
-                tiers=rep["tiers"],
-                tests=rep["tests"],
-                notes=rep.get("notes", []),
-                benchmark=rep.get("benchmark"),
-                stale=rep.get("stale_expectations", []),
-                mismatched=rep.get("mismatched", []),
-                supplement=supplement,
-            )
-            for c in rep["contracts"]:
-                rows.setdefault(c["contract"], {})[ver] = {
-                    "outcome": c["outcome"],
-                    "expected": c.get("expected"),
-                    "shim": c.get("shim"),
-                    "reason": c.get("reason"),
-                    "error": (c.get("unshimmed") or {}).get("error"),
-                    "proof": c.get("proof") or {"result": PROOF_NOT_RUN, "evidence": "the report records no proof"},
-                    **({"run": c["run"]} if c.get("run") else {}),
-                }
-            by_model: dict[str, list] = {}
-            for e in rep.get("e2e", []):
-                if not e["model"].startswith("native:"):  # the native cross-check has its own row, native[<model>]
-                    by_model.setdefault(e["model"], []).append(e)
-            for model, checks in by_model.items():
-                # A check that does not apply here says nothing; a measurement is not a check.
-                results = {e["result"] for e in checks} - {"n/a", "measured"}
-                # A failing numeric check in a run that did not fail was expected to fail (e2e[model] = broken).
-                outcome = (
-                    "n/a"
-                    if not results
-                    else "pass"
-                    if results <= {"pass"}
-                    else "broken"
-                    if status in ("pass", "incomplete")
-                    else "fail"
-                )
-                rows.setdefault(f"e2e[{model}]", {})[ver] = {
-                    "outcome": outcome,
-                    "expected": "broken" if outcome == "broken" else None,
-                    "shim": None,
-                    "reason": "; ".join(f"{e['check']}: {e['measured']}" for e in checks),
-                    "error": None,
-                    **({"run": checks[0]["run"]} if checks[0].get("run") else {}),
-                }
+            col.update(_column(rep, status, gaps, supplement))
+            _contract_cells(rows, ver, rep)
+            _e2e_cells(rows, ver, rep, status)
             _label_cpu_build_faults(rows, ver, rep)
         columns.append(col)
     for v, row in clients.items():
         for col in columns:
             row[col["version"]] = client_axis.shown(row.get(col["version"]), cuda.get(v, {}).get(col["version"]))
-    for cells in rows.values():
-        for col in columns:
-            if col["version"] not in cells:
-                cells[col["version"]] = {
-                    "outcome": "not runnable here" if col["status"] == "not runnable here" else "not observed",
-                    "reason": col.get("reason", ""),
-                }
+    _fill_unobserved(rows, columns)
     walls = {
         c["version"]: c["wall_s"] + (c.get("benchmark") or {}).get("wall_s", 0)
         for c in columns
@@ -131,6 +61,104 @@ def merge(report_dir: Path = REPORTS) -> dict:
         "slowest_env": slowest,
         "proofs_s_total": round(sum(c.get("proofs_s") or 0 for c in columns), 1),
     }
+
+
+def _unrunnable(meta: dict, path: Path) -> str | None:
+    """Why a version's column is "not runnable here" (matrix.toml says so, or its env left no report), or None."""
+    if not meta.get("runnable", True):
+        return meta.get("reason") or "see fixtures/envs/matrix.toml"
+    if not path.is_file():
+        return f"no report: reports/{path.name} was not produced (run `tox -e {meta['env']}`)"
+    return None
+
+
+def _judged(path: Path, report_dir: Path, env: str) -> tuple[dict, str, list, dict | None, str]:
+    """The env's report (with its benchmark), judged again by the current rule from its own content (a report
+    written under an older, greener rule does not keep its old verdict), a subset run's supplement folded in; and
+    the evidence its cells cite."""
+    rep = read(path)
+    bench = report_dir / f"{env}.bench.json"
+    if bench.is_file():
+        rep["benchmark"] = json.loads(bench.read_text())
+    status, gaps = judge(rep)
+    status, gaps = _predates(rep, status, gaps)
+    supplement = _supplement(rep, report_dir / f"{env}.incomplete.json")
+    if supplement and supplement["status"] != "pass" and status != "fail":
+        status = supplement["status"]
+        gaps = gaps + [dict(g, what="subset run: " + g["what"]) for g in supplement["gaps"]]
+    evidence = f"reports/{path.name}" + (f" + reports/{env}.incomplete.json" if supplement else "")
+    return rep, status, gaps, supplement, evidence
+
+
+def _column(rep: dict, status: str, gaps: list, supplement: dict | None) -> dict:
+    return {
+        "status": status,
+        "incomplete": gaps,
+        "installed": rep["versions"],
+        "generated_at": rep["generated_at"],
+        "wall_s": rep["tests"].get("wall_s"),
+        "proofs_s": (rep.get("timings") or {}).get("proofs_s"),
+        "tiers": rep["tiers"],
+        "tests": rep["tests"],
+        "notes": rep.get("notes", []),
+        "benchmark": rep.get("benchmark"),
+        "stale": rep.get("stale_expectations", []),
+        "mismatched": rep.get("mismatched", []),
+        "supplement": supplement,
+    }
+
+
+def _contract_cells(rows: dict, ver: str, rep: dict) -> None:
+    for c in rep["contracts"]:
+        rows.setdefault(c["contract"], {})[ver] = {
+            "outcome": c["outcome"],
+            "expected": c.get("expected"),
+            "shim": c.get("shim"),
+            "reason": c.get("reason"),
+            "error": (c.get("unshimmed") or {}).get("error"),
+            "proof": c.get("proof") or {"result": PROOF_NOT_RUN, "evidence": "the report records no proof"},
+            **({"run": c["run"]} if c.get("run") else {}),
+        }
+
+
+def _e2e_cells(rows: dict, ver: str, rep: dict, status: str) -> None:
+    """One row per model, e2e[<model>], from its numeric checks."""
+    by_model: dict[str, list] = {}
+    for e in rep.get("e2e", []):
+        if not e["model"].startswith("native:"):  # the native cross-check has its own row, native[<model>]
+            by_model.setdefault(e["model"], []).append(e)
+    for model, checks in by_model.items():
+        outcome = _e2e_outcome(checks, status)
+        rows.setdefault(f"e2e[{model}]", {})[ver] = {
+            "outcome": outcome,
+            "expected": "broken" if outcome == "broken" else None,
+            "shim": None,
+            "reason": "; ".join(f"{e['check']}: {e['measured']}" for e in checks),
+            "error": None,
+            **({"run": checks[0]["run"]} if checks[0].get("run") else {}),
+        }
+
+
+def _e2e_outcome(checks: list[dict], status: str) -> str:
+    # A check that does not apply here says nothing; a measurement is not a check.
+    results = {e["result"] for e in checks} - {"n/a", "measured"}
+    if not results:
+        return "n/a"
+    if results <= {"pass"}:
+        return "pass"
+    # A failing numeric check in a run that did not fail was expected to fail (e2e[model] = broken).
+    return "broken" if status in ("pass", "incomplete") else "fail"
+
+
+def _fill_unobserved(rows: dict, columns: list[dict]) -> None:
+    """Every row gets a cell in every column: "not runnable here" or "not observed" where the report had none."""
+    for cells in rows.values():
+        for col in columns:
+            if col["version"] not in cells:
+                cells[col["version"]] = {
+                    "outcome": "not runnable here" if col["status"] == "not runnable here" else "not observed",
+                    "reason": col.get("reason", ""),
+                }
 
 
 NOT_ON_CPU = "not on the CPU build"
@@ -264,20 +292,12 @@ def to_markdown(m: dict) -> str:
     bench = [c for c in cols if c.get("benchmark")]
     if bench:
         lines.append("| extraction / prefill | " + " | ".join(bench_cell(c.get("benchmark")) for c in cols) + " |")
-    if m.get("wall_s_total"):
-        lines += [
-            "",
-            f"Matrix wall time: {m['wall_s_total'] / 60:.0f} min (the envs' sessions and benchmarks, one "
-            "after another; tox's install time not included)"
-            + (f", shim proofs {m['proofs_s_total'] / 60:.0f} min of it" if m.get("proofs_s_total") else "")
-            + (
-                f"; fanned out one env per runner (.github/workflows/matrix.yml) it takes as long as the slowest "
-                f"env, {m['slowest_env']}: {m['wall_s_fanned_out'] / 60:.0f} min (derived from the same times)"
-                if m.get("wall_s_fanned_out")
-                else ""
-            )
-            + ".",
-        ]
+    return "\n".join(lines + _wall_time_line(m) + _footnotes(m)) + "\n"
+
+
+def _footnotes(m: dict) -> list[str]:
+    """The proof mark's meaning where a cell carries it; why a column is incomplete or not runnable here."""
+    cols, lines = m["columns"], []
     if any(PROOF_MARK in short_cell(cell) for cells in m["rows"].values() for cell in cells.values()):
         lines += ["", f"{PROOF_MARK} shimmed, but the run did not prove the shim needed and sufficient."]
     partial = [c for c in cols if c["status"] == "incomplete"]
@@ -287,7 +307,25 @@ def to_markdown(m: dict) -> str:
     missing = [c for c in cols if c["status"] == "not runnable here"]
     if missing:
         lines += ["", "Not runnable here:"] + [f"- {c['version']}: {c['reason']}" for c in missing]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _wall_time_line(m: dict) -> list[str]:
+    """What the matrix costs, one env after another and fanned out (derived from the envs' own times)."""
+    if not m.get("wall_s_total"):
+        return []
+    proofs = f", shim proofs {m['proofs_s_total'] / 60:.0f} min of it" if m.get("proofs_s_total") else ""
+    fanned = (
+        f"; fanned out one env per runner (.github/workflows/matrix.yml) it takes as long as the slowest "
+        f"env, {m['slowest_env']}: {m['wall_s_fanned_out'] / 60:.0f} min (derived from the same times)"
+        if m.get("wall_s_fanned_out")
+        else ""
+    )
+    return [
+        "",
+        f"Matrix wall time: {m['wall_s_total'] / 60:.0f} min (the envs' sessions and benchmarks, one "
+        "after another; tox's install time not included)" + proofs + fanned + ".",
+    ]
 
 
 PROOF_MARK = "†"

@@ -65,53 +65,64 @@ def judge(rep: dict) -> tuple[str, list[dict]]:
     observed = rep.get("mode") == OBSERVED
     if not observed and (rep.get("mismatched") or rep.get("unexpected") or rep.get("stale_expectations") or failed):
         return "fail", []
-    gaps: list[dict] = []
-
-    def gap(kind: str, text: str) -> None:
-        gaps.append({"kind": kind, "what": text})
-
-    if observed and failed:
-        gap("failed", f"{failed} tests failed (not held to expectations: read each one)")
-
-    if rep.get("interrupted"):
-        ran = sum(tests.get(k, 0) for k in ("passed", "failed", "skipped", "error"))
-        of = (rep.get("selection") or {}).get("tests")
-        gap(
-            "interrupted",
-            f"the run was interrupted ({rep['interrupted']}) after {ran}"
-            + (f" of {of} selected tests" if of else " tests"),
-        )
-    selection = rep.get("selection")
-    if selection is None:
-        gap("unrecorded", "the report does not record which tests were selected")
-    else:
-        for text in selection.get("subset", []):
-            gap(SUBSET, text)
-        if selection.get("stopped_early"):
-            gap("stopped", selection["stopped_early"])
-    if rep.get("not_observed"):
-        gap("not observed", "contracts not observed: " + ", ".join(rep["not_observed"]))
-    skips = rep.get("skips")
-    if skips is None and tests.get("skipped"):
-        gap("skipped", f"{tests['skipped']} tests skipped; the report does not record why")
-    undeclared = [s for s in skips or [] if not s.get("declared")]
-    if undeclared:
-        gap(
-            "skipped",
-            f"{len(undeclared)} tests skipped without a declared n/a: "
-            + "; ".join(f"{s['test']} ({s['reason'][:80]})" for s in undeclared[:5]),
-        )
-    unproven = [
-        c["contract"]
-        for c in rep.get("contracts", [])
-        if (c.get("proof") or {}).get("result") == PROOF_NOT_RUN
-        or (c["outcome"] == "shimmed" and not (c.get("proof") or {}).get("result"))
-    ]
-    if unproven:
-        gap("proof not run", "shim proofs not run for: " + ", ".join(sorted(set(unproven))))
+    gaps = [{"kind": kind, "what": what} for kind, what in _gaps(rep, tests, failed if observed else 0)]
     if observed:
         return OBSERVED, gaps
     return ("incomplete" if gaps else "pass"), gaps
+
+
+def _gaps(rep: dict, tests: dict, failed_observed: int):
+    """(kind, what) for each thing the report did not observe, in the order a reader checks them: the run itself,
+    the selection, the contracts, the skips, the shim proofs."""
+    if failed_observed:
+        yield "failed", f"{failed_observed} tests failed (not held to expectations: read each one)"
+    if rep.get("interrupted"):
+        ran = sum(tests.get(k, 0) for k in ("passed", "failed", "skipped", "error"))
+        of = (rep.get("selection") or {}).get("tests")
+        yield (
+            "interrupted",
+            (
+                f"the run was interrupted ({rep['interrupted']}) after {ran}"
+                + (f" of {of} selected tests" if of else " tests")
+            ),
+        )
+    yield from _selection_gaps(rep.get("selection"))
+    if rep.get("not_observed"):
+        yield "not observed", "contracts not observed: " + ", ".join(rep["not_observed"])
+    yield from _skip_gaps(rep.get("skips"), tests)
+    unproven = [c["contract"] for c in rep.get("contracts", []) if _proof_missing(c)]
+    if unproven:
+        yield "proof not run", "shim proofs not run for: " + ", ".join(sorted(set(unproven)))
+
+
+def _selection_gaps(selection: dict | None):
+    if selection is None:
+        yield "unrecorded", "the report does not record which tests were selected"
+        return
+    for what in selection.get("subset", []):
+        yield SUBSET, what
+    if selection.get("stopped_early"):
+        yield "stopped", selection["stopped_early"]
+
+
+def _skip_gaps(skips: list | None, tests: dict):
+    if skips is None and tests.get("skipped"):
+        yield "skipped", f"{tests['skipped']} tests skipped; the report does not record why"
+    undeclared = [s for s in skips or [] if not s.get("declared")]
+    if undeclared:
+        yield (
+            "skipped",
+            (
+                f"{len(undeclared)} tests skipped without a declared n/a: "
+                + "; ".join(f"{s['test']} ({s['reason'][:80]})" for s in undeclared[:5])
+            ),
+        )
+
+
+def _proof_missing(row: dict) -> bool:
+    """A contract row whose shim proof did not run: marked so, or a shimmed row with no proof result at all."""
+    proof = row.get("proof") or {}
+    return proof.get("result") == PROOF_NOT_RUN or (row["outcome"] == "shimmed" and not proof.get("result"))
 
 
 #: A contract row's `proof.result` (see suites/contracts/test_shim_proofs.py).
@@ -196,11 +207,22 @@ def markdown(rep: dict) -> str:
         + f"). Generated {rep['generated_at']}.",
         "",
         *build_lines(rep),
-        "| contract | observed | expected | shim | proof | evidence |",
-        "|---|---|---|---|---|---|",
+        *_contract_table(rep["contracts"]),
+        *_status_lists(rep),
+        *_e2e_section(rep["e2e"]),
+        *_tiers_section(rep["tiers"]),
+        *_timings_section(rep.get("timings") or {}),
     ]
+    if rep["notes"]:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in rep["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def _contract_table(contracts: list[dict]) -> list[str]:
+    """One row per contract observed here; the n/a ones collapsed below, one line per reason."""
+    lines = ["| contract | observed | expected | shim | proof | evidence |", "|---|---|---|---|---|---|"]
     na_contracts: dict[str, list[str]] = {}
-    for c in rep["contracts"]:
+    for c in contracts:
         held = c.get("expected") is not None  # an observed build holds nothing to expectations: no mismatch
         evidence = c["unshimmed"]["error"] if c["unshimmed"] and not c["unshimmed"]["ok"] else c["reason"]
         if c["outcome"] == "n/a" and c.get("expected") in ("n/a", None):
@@ -212,9 +234,12 @@ def markdown(rep: dict) -> str:
             f"| {c['contract']} | {c['outcome']}{mark} | {c.get('expected') or '—'} | "
             f"{c.get('shim') or ''} | {proof} | {cell(evidence)} |"
         )
-    lines += collapsed("Contracts n/a here", na_contracts)
-    if rep.get("incomplete"):
-        lines += ["", "**Incomplete:**"] + [f"- {g['what']}" for g in rep["incomplete"]]
+    return lines + collapsed("Contracts n/a here", na_contracts)
+
+
+def _status_lists(rep: dict) -> list[str]:
+    """What made the run incomplete, and the contracts its expectations did not match."""
+    lines = ["", "**Incomplete:**"] + [f"- {g['what']}" for g in rep["incomplete"]] if rep.get("incomplete") else []
     for label, key in (
         ("Stale expectations", "stale_expectations"),
         ("Not observed", "not_observed"),
@@ -222,50 +247,58 @@ def markdown(rep: dict) -> str:
     ):
         if rep.get(key):
             lines += ["", f"**{label}:** " + ", ".join(rep[key])]
-    if rep["e2e"]:
-        lines += [
-            "",
-            "## End to end (speculators' generator through the shims)",
-            "",
-            "| model | check | result | measured |",
-            "|---|---|---|---|",
-        ]
-        na_checks: dict[str, list[str]] = {}
-        for e in rep["e2e"]:
-            if e["result"] == "n/a":
-                na_checks.setdefault(plain(e.get("measured", "")), []).append(f"{e['model']}: {e['check']}")
-                continue
-            lines.append(f"| {e['model']} | {e['check']} | {e['result']} | {cell(e.get('measured', ''))} |")
-        lines += collapsed("Checks n/a here", na_checks)
-    if rep["tiers"]:
-        lines += [
-            "",
-            "## Wall time per tier",
-            "",
-            "| tier | tests | passed | failed | skipped | wall s |",
-            "|---|---|---|---|---|---|",
-        ]
-        for name, t in sorted(rep["tiers"].items()):
-            lines.append(
-                f"| {name} | {t['tests']} | {t['passed']} | {t['failed']} | {t['skipped']} | {t['wall_s']:.1f} |"
-            )
-    tm = rep.get("timings") or {}
-    if tm.get("slowest"):
-        starts = tm.get("generator_starts", {})
-        lines += [
-            "",
-            "## Where the time went",
-            "",
-            f"Whole session {tm.get('session_s', 0):.0f} s; shim proofs {tm.get('proofs_s', 0):.0f} s; "
-            f"{starts.get('count', 0)} generator start-ups in this process, {starts.get('total_s', 0):.0f} s "
-            f"(median {starts.get('median_s', 0):.1f} s). Slowest tests (setup + call + teardown):",
-            "",
-            "| test | s |",
-            "|---|---|",
-        ] + [f"| `{t}` | {sec:.1f} |" for t, sec in tm["slowest"]]
-    if rep["notes"]:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in rep["notes"]]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _e2e_section(e2e: list[dict]) -> list[str]:
+    if not e2e:
+        return []
+    lines = [
+        "",
+        "## End to end (speculators' generator through the shims)",
+        "",
+        "| model | check | result | measured |",
+        "|---|---|---|---|",
+    ]
+    na_checks: dict[str, list[str]] = {}
+    for e in e2e:
+        if e["result"] == "n/a":
+            na_checks.setdefault(plain(e.get("measured", "")), []).append(f"{e['model']}: {e['check']}")
+            continue
+        lines.append(f"| {e['model']} | {e['check']} | {e['result']} | {cell(e.get('measured', ''))} |")
+    return lines + collapsed("Checks n/a here", na_checks)
+
+
+def _tiers_section(tiers: dict) -> list[str]:
+    if not tiers:
+        return []
+    lines = [
+        "",
+        "## Wall time per tier",
+        "",
+        "| tier | tests | passed | failed | skipped | wall s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, t in sorted(tiers.items()):
+        lines.append(f"| {name} | {t['tests']} | {t['passed']} | {t['failed']} | {t['skipped']} | {t['wall_s']:.1f} |")
+    return lines
+
+
+def _timings_section(tm: dict) -> list[str]:
+    if not tm.get("slowest"):
+        return []
+    starts = tm.get("generator_starts", {})
+    return [
+        "",
+        "## Where the time went",
+        "",
+        f"Whole session {tm.get('session_s', 0):.0f} s; shim proofs {tm.get('proofs_s', 0):.0f} s; "
+        f"{starts.get('count', 0)} generator start-ups in this process, {starts.get('total_s', 0):.0f} s "
+        f"(median {starts.get('median_s', 0):.1f} s). Slowest tests (setup + call + teardown):",
+        "",
+        "| test | s |",
+        "|---|---|",
+    ] + [f"| `{t}` | {sec:.1f} |" for t, sec in tm["slowest"]]
 
 
 def plain(text) -> str:

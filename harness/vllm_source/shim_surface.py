@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.support.paths import FIXTURES, SOURCE_ROOT
@@ -181,135 +182,149 @@ def facts(tree, entries: list[dict]) -> list[Fact]:
     worker_classes = [runners.runner(root, f"{w}.{cls}") for w, cls in runners.WORKERS.items()]
     out = []
     for e in entries:
-        kind, name, contract, site = e["kind"], e["name"], e["contract"], e["site"]
+        kind, name, site = e["kind"], e["name"], e["site"]
         symbol = {"rpc": f"worker.{name}()", "runner": f"worker.model_runner.{name}"}.get(kind, name)
-        why = f"shim no longer applies: {site} uses {symbol}, which these sources no longer have"
+        entry = Entry(
+            e["contract"],
+            kind,
+            name,
+            site,
+            symbol,
+            e.get("args"),
+            f"shim no longer applies: {site} uses {symbol}, which these sources no longer have",
+        )
         if kind == "import":
-            module, _, attr = name.partition(":")
-            where = tree.module_file(module)
-            obj = tree.lookup(f"{module}.{attr}") if (where and attr) else None
-            if where is not None and (not attr or obj is not None):
-                out.append(
-                    Fact(
-                        contract,
-                        symbol,
-                        "shim-import",
-                        "importable",
-                        True,
-                        evidence=tree.where(obj) if obj is not None else f"{where.relative_to(root)}:1",
-                        site=site,
-                    )
-                )
-            elif where is not None and attr and not tree.settled:
-                out.append(Fact(contract, symbol, "shim-import", "pending", None, site=site))
-            else:
-                gone = "module gone" if where is None else f"{attr} not in {module}"
-                out.append(
-                    Fact(
-                        contract,
-                        symbol,
-                        "shim-import",
-                        gone,
-                        False,
-                        KIND,
-                        evidence=f"{module.replace('.', '/')}.py" + ("" if where else " (no such module)"),
-                        site=site,
-                        detail={"why": why},
-                    )
-                )
+            out.append(_import_fact(tree, root, entry))
         elif kind == "module":
-            options = name.split("|")
-            present = [m for m in options if tree.module_file(m) is not None]
-            out.append(
-                Fact(
-                    contract,
-                    symbol,
-                    "shim-module",
-                    f"{present[0]} present" if present else "all gone",
-                    bool(present),
-                    KIND,
-                    evidence=(
-                        f"{tree.module_file(present[0]).relative_to(root)}:1"
-                        if present
-                        else f"{options[0].replace('.', '/')}.py (no such module)"
-                    ),
-                    site=site,
-                    detail={"why": why},
-                )
-            )
+            out.append(_module_fact(tree, root, entry))
         elif kind == "rpc":
-            having = [c for c in worker_classes if c.exists and name in c.attributes]
-            absent = [c for c in worker_classes if c.exists and name not in c.attributes]
-            if not any(c.exists for c in worker_classes):
-                out.append(Fact(contract, symbol, "shim-rpc", "no worker class in these sources", None, site=site))
-                continue
-            if not having and name not in engine_calls(tree):
-                out.append(
-                    Fact(
-                        contract,
-                        symbol,
-                        "shim-rpc",
-                        "absent, and EngineCore's set-up never calls it: the "
-                        "feature the shim serves is not in this vLLM (the shim is selected only where it is)",
-                        True,
-                        evidence=f"{absent[0].file}:{absent[0].line}",
-                        site=site,
-                    )
-                )
-                continue
-            required = _required_positional(root, having[0].attributes[name]) if having else None
-            if not absent and required is not None and e.get("args") is not None and required > e["args"]:
-                out.append(
-                    Fact(
-                        contract,
-                        symbol,
-                        "shim-rpc",
-                        f"takes {required} positional argument(s), the shim sends {e['args']}",
-                        False,
-                        KIND,
-                        evidence=having[0].attributes[name],
-                        site=site,
-                        detail={
-                            "why": f"shim no longer applies: {site} calls {symbol} with {e['args']} "
-                            f"argument(s) and this version's method requires {required}"
-                        },
-                    )
-                )
-                continue
-            out.append(
-                Fact(
-                    contract,
-                    symbol,
-                    "shim-rpc",
-                    "defined" if not absent else f"absent from {', '.join(runners.describe(c) for c in absent)}",
-                    not absent,
-                    KIND,
-                    evidence=having[0].attributes[name] if having else f"{absent[0].file}:{absent[0].line}",
-                    site=site,
-                    detail={"why": why},
-                )
-            )
+            out.append(_rpc_fact(tree, root, entry, worker_classes))
         elif kind == "runner":
-            built = [r for w in workers.values() for r in w.defaults]
-            if not built:
-                out.append(
-                    Fact(contract, symbol, "shim-runner", "no runner built by a worker was read", None, site=site)
-                )
-                continue
-            absent = [r for r in built if name not in r.attributes]
-            out.append(
-                Fact(
-                    contract,
-                    symbol,
-                    "shim-runner",
-                    "on every runner the workers build"
-                    if not absent
-                    else f"absent from {', '.join(runners.describe(r) for r in absent)}",
-                    not absent,
-                    KIND,
-                    evidence=(f"{absent[0].file}:{absent[0].line}" if absent else built[0].attributes[name]),
-                    site=site,
-                    detail={"why": why},
-                )
-            )
+            out.append(_runner_fact(entry, [r for w in workers.values() for r in w.defaults]))
     return out
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One name a shim uses, as `facts` reads it: whose, what kind, where the shim uses it, how a report names it,
+    the arguments it sends (an RPC), and the finding's reason where it is gone."""
+
+    contract: str
+    kind: str
+    name: str
+    site: str
+    symbol: str
+    args: int | None
+    why: str
+
+
+def _import_fact(tree, root: Path, e: Entry) -> Fact:
+    """`module` or `module:attr` the shim imports: importable, pending (the tree is not fully read), or gone."""
+    module, _, attr = e.name.partition(":")
+    where = tree.module_file(module)
+    obj = tree.lookup(f"{module}.{attr}") if (where and attr) else None
+    if where is not None and (not attr or obj is not None):
+        evidence = tree.where(obj) if obj is not None else f"{where.relative_to(root)}:1"
+        return Fact(e.contract, e.symbol, "shim-import", "importable", True, evidence=evidence, site=e.site)
+    if where is not None and attr and not tree.settled:
+        return Fact(e.contract, e.symbol, "shim-import", "pending", None, site=e.site)
+    gone = "module gone" if where is None else f"{attr} not in {module}"
+    evidence = f"{module.replace('.', '/')}.py" + ("" if where else " (no such module)")
+    return Fact(
+        e.contract, e.symbol, "shim-import", gone, False, KIND, evidence=evidence, site=e.site, detail={"why": e.why}
+    )
+
+
+def _module_fact(tree, root: Path, e: Entry) -> Fact:
+    """`a|b|c`: one of the modules the shim can use is present."""
+    options = e.name.split("|")
+    present = [m for m in options if tree.module_file(m) is not None]
+    evidence = (
+        f"{tree.module_file(present[0]).relative_to(root)}:1"
+        if present
+        else f"{options[0].replace('.', '/')}.py (no such module)"
+    )
+    return Fact(
+        e.contract,
+        e.symbol,
+        "shim-module",
+        f"{present[0]} present" if present else "all gone",
+        bool(present),
+        KIND,
+        evidence=evidence,
+        site=e.site,
+        detail={"why": e.why},
+    )
+
+
+def _rpc_fact(tree, root: Path, e: Entry, worker_classes: list) -> Fact:
+    """A worker method the shim calls by RPC: defined on every worker class (and taking the arguments the shim
+    sends), absent where EngineCore never calls it (the feature is not in this vLLM), or absent (a finding)."""
+    having = [c for c in worker_classes if c.exists and e.name in c.attributes]
+    absent = [c for c in worker_classes if c.exists and e.name not in c.attributes]
+    if not any(c.exists for c in worker_classes):
+        return Fact(e.contract, e.symbol, "shim-rpc", "no worker class in these sources", None, site=e.site)
+    if not having and e.name not in engine_calls(tree):
+        return Fact(
+            e.contract,
+            e.symbol,
+            "shim-rpc",
+            "absent, and EngineCore's set-up never calls it: the "
+            "feature the shim serves is not in this vLLM (the shim is selected only where it is)",
+            True,
+            evidence=f"{absent[0].file}:{absent[0].line}",
+            site=e.site,
+        )
+    required = _required_positional(root, having[0].attributes[e.name]) if having else None
+    if not absent and required is not None and e.args is not None and required > e.args:
+        return Fact(
+            e.contract,
+            e.symbol,
+            "shim-rpc",
+            f"takes {required} positional argument(s), the shim sends {e.args}",
+            False,
+            KIND,
+            evidence=having[0].attributes[e.name],
+            site=e.site,
+            detail={
+                "why": f"shim no longer applies: {e.site} calls {e.symbol} with {e.args} argument(s) "
+                f"and this version's method requires {required}"
+            },
+        )
+    status = "defined" if not absent else f"absent from {', '.join(runners.describe(c) for c in absent)}"
+    evidence = having[0].attributes[e.name] if having else f"{absent[0].file}:{absent[0].line}"
+    return Fact(
+        e.contract,
+        e.symbol,
+        "shim-rpc",
+        status,
+        not absent,
+        KIND,
+        evidence=evidence,
+        site=e.site,
+        detail={"why": e.why},
+    )
+
+
+def _runner_fact(e: Entry, built: list) -> Fact:
+    """An attribute the shim reads on the model runner: on every runner the workers build by default."""
+    if not built:
+        return Fact(e.contract, e.symbol, "shim-runner", "no runner built by a worker was read", None, site=e.site)
+    absent = [r for r in built if e.name not in r.attributes]
+    status = (
+        "on every runner the workers build"
+        if not absent
+        else f"absent from {', '.join(runners.describe(r) for r in absent)}"
+    )
+    evidence = f"{absent[0].file}:{absent[0].line}" if absent else built[0].attributes[e.name]
+    return Fact(
+        e.contract,
+        e.symbol,
+        "shim-runner",
+        status,
+        not absent,
+        KIND,
+        evidence=evidence,
+        site=e.site,
+        detail={"why": e.why},
+    )
