@@ -71,8 +71,22 @@ def worker_mode(worker) -> dict:
     return out
 
 
-def run_mode(model, mode: str, plan, alone: int, args) -> dict:
+def alone_against_batch(gen, batch, got, picks) -> tuple[bool, float, int | None]:
+    """Each picked prompt extracted alone against its rows in the batch: all bitwise equal, the largest
+    difference, and the first picked prompt that differed."""
     import torch
+
+    equal, diff, first_unequal = True, 0.0, None
+    for i in picks:
+        solo = gen.generate([batch[i]])[0]
+        for a, b in zip(got[i]["hidden_states"], solo["hidden_states"], strict=True):
+            if not torch.equal(a, b):
+                equal, first_unequal = False, i if first_unequal is None else first_unequal
+                diff = max(diff, float((a.float() - b.float()).abs().max()))
+    return equal, diff, first_unequal
+
+
+def run_mode(model, mode: str, plan, alone: int, args) -> dict:
 
     from harness.gpu import module_determinism
     from harness.runtime.generator import HarnessGenerator, Options
@@ -113,14 +127,8 @@ def run_mode(model, mode: str, plan, alone: int, args) -> dict:
             got = gen.generate(batch)
             seconds = time.perf_counter() - t
             picks = rng.sample(range(len(batch)), min(alone, len(batch)))
-            equal, diff, first_unequal = True, 0.0, None
-            for i in picks:
-                solo = gen.generate([batch[i]])[0]
-                for a, b in zip(got[i]["hidden_states"], solo["hidden_states"], strict=True):
-                    if not torch.equal(a, b):
-                        equal, first_unequal = False, i if first_unequal is None else first_unequal
-                        diff = max(diff, float((a.float() - b.float()).abs().max()))
-            got = solo = None
+            equal, diff, first_unequal = alone_against_batch(gen, batch, got, picks)
+            got = None
             record = {
                 "prompts": len(batch),
                 "tokens": sum(map(len, batch)),

@@ -156,6 +156,38 @@ def gpu_profile(gen, prompts, mode: str, fast: bool = False) -> dict:
     return summary
 
 
+def host_profile(gen, prompts, fast: bool) -> list[str]:
+    """cProfile of one call in this process: the top of the cumulative listing, machine paths left out."""
+    prof = cProfile.Profile()
+    prof.enable()
+    gen.generate(prompts, fast=fast)
+    prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(30)
+    top = [strip_machine_paths(line) for line in text.getvalue().splitlines()[:80]]
+    print("\n".join(top[:45]))
+    return top
+
+
+def native_only(out: dict, model, prompts, args) -> dict:
+    """Plain prefill and vLLM's native export only, no engine of ours beside them."""
+    from harness.scenarios import bench
+
+    t0 = time.perf_counter()
+    llm = start_plain(model, args.max_model_len, args.share, args.attention_backend)
+    try:
+        out["plain_start_s"] = time.perf_counter() - t0
+        text = out["fixture"]["hf_config"].get("text_config", out["fixture"]["hf_config"])
+        ids = args.layer_ids or speculators_default_ids(out["flop_model"]["layers"])
+        estimate = out["tokens"] * len(ids) * int(text["hidden_size"]) * 4  # float32 at most: where the files go
+        out["native"] = measure_native(
+            model, bench.prefill_call(llm, prompts), prompts, ids, estimate, args, out["tokens"], out["flops_per_call"]
+        )
+    finally:
+        bench.shutdown(llm)
+    return out
+
+
 def measure(args) -> dict:
     import torch
 
@@ -188,19 +220,7 @@ def measure(args) -> dict:
     }
     backend = args.attention_backend
     if args.native_only:  # plain prefill and vLLM's native export only (ours measured at this shape before)
-        t0 = time.perf_counter()
-        llm = start_plain(model, args.max_model_len, args.share, backend)
-        try:
-            out["plain_start_s"] = time.perf_counter() - t0
-            text = fixture["hf_config"].get("text_config", fixture["hf_config"])
-            ids = args.layer_ids or speculators_default_ids(fm["layers"])
-            estimate = tokens * len(ids) * int(text["hidden_size"]) * 4  # float32 at most: where the files can go
-            out["native"] = measure_native(
-                model, bench.prefill_call(llm, prompts), prompts, ids, estimate, args, tokens, flops
-            )
-        finally:
-            bench.shutdown(llm)
-        return out
+        return native_only(out, model, prompts, args)
     t0 = time.perf_counter()
     gen = start_ours(model, args.max_model_len, args.share, backend)
     gen.__enter__()
@@ -288,14 +308,7 @@ def measure(args) -> dict:
         out["peak_gpu_bytes_extraction_worker"] = gen.executor_view.collective_rpc("_harness_peak_memory")[0]
         out["torch_threads_outside_generate"] = torch.get_num_threads()
         if args.cprofile:  # of the fast path's call where --fast is given
-            prof = cProfile.Profile()
-            prof.enable()
-            gen.generate(prompts, fast=args.fast)
-            prof.disable()
-            s = io.StringIO()
-            pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(30)
-            out["cprofile_top"] = [strip_machine_paths(line) for line in s.getvalue().splitlines()[:80]]
-            print("\n".join(out["cprofile_top"][:45]))
+            out["cprofile_top"] = host_profile(gen, prompts, args.fast)
         if args.gpu_profile:
             out["gpu_profile"] = {m: gpu_profile(gen, prompts, m) for m in ["stream", *args.transports]}
             if args.fast:

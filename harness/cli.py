@@ -60,8 +60,39 @@ def cmd_expectations(args) -> int:
     except (versions.VllmNotInstalled, expectations.NoExpectations, expectations.BadExpectations) as e:
         return _fail(str(e))
     print(f"# {path}")
-    for key, e in sorted(table.items()):
-        print(f"{key:28s} {e.outcome.value:8s} {e.reason}")
+    for key, row in sorted(table.items()):
+        print(f"{key:28s} {row.outcome.value:8s} {row.reason}")
+    return 0
+
+
+def _expectations_for_run(args) -> int:
+    """Observe (no expectations file for this vLLM, and not --strict) or hold the run to its expectations, which
+    must be valid either way; nonzero: the run stops here."""
+    from harness.installed import versions
+    from harness.reporting import expectations
+    from harness.testing.recording import observe_only
+
+    missing = not expectations.file_for(versions.vllm_version(), versions.device_type()).is_file()
+    observing = missing and not args.strict and not args.skip_expectation_check
+    # Decided here for this run, inherited by every process it starts; never taken from an outer run (an
+    # observed run's own tests start strict runs of the CLI).
+    os.environ["HARNESS_OBSERVE"] = "1" if observing else "0"
+    if observing:
+        print(
+            f"harness: no expectations for vLLM {versions.vllm_version()} ({versions.device_type()}): observing "
+            "it (status `observed`, never pass); a draft expectations file is written beside the report",
+            file=sys.stderr,
+        )
+    rc = cmd_expectations(argparse.Namespace()) if not (args.skip_expectation_check or observe_only()) else 0
+    if rc:
+        return rc
+    if observe_only():  # observing needs no expectations, but a file that exists must still be valid
+        try:
+            path = expectations.file_for(versions.vllm_version(), versions.device_type())
+            if path.is_file():
+                expectations.load_file(path)
+        except expectations.BadExpectations as e:
+            return _fail(str(e))
     return 0
 
 
@@ -78,36 +109,13 @@ def cmd_run(args) -> int:
     if not elsewhere and (refusal := env_refusal(args.env, versions.vllm_version())):
         return _fail(refusal)
     from harness.support import fdio
-    from harness.testing.recording import observe_only
 
     with tempfile.TemporaryFile() as held:
         with fdio.fds_to(held, (2,)):  # what libraries print while vLLM's platform is imported, held back:
             versions.device_type()  # a refused run says one line; an accepted one replays it below
-        from harness.reporting import expectations
-
-        missing = not expectations.file_for(versions.vllm_version(), versions.device_type()).is_file()
-        observing = missing and not args.strict and not args.skip_expectation_check
-        # Decided here for this run, inherited by every process it starts; never taken from an outer run (an
-        # observed run's own tests start strict runs of the CLI).
-        os.environ["HARNESS_OBSERVE"] = "1" if observing else "0"
-        if observing:
-            print(
-                f"harness: no expectations for vLLM {versions.vllm_version()} ({versions.device_type()}): observing "
-                "it (status `observed`, never pass); a draft expectations file is written beside the report",
-                file=sys.stderr,
-            )
-        rc = cmd_expectations(argparse.Namespace()) if not (args.skip_expectation_check or observe_only()) else 0
+        rc = _expectations_for_run(args)
         if rc:
             return rc
-        if observe_only():  # observing needs no expectations, but a file that exists must still be valid
-            from harness.reporting import expectations
-
-            try:
-                path = expectations.file_for(versions.vllm_version(), versions.device_type())
-                if path.is_file():
-                    expectations.load_file(path)
-            except expectations.BadExpectations as e:
-                return _fail(str(e))
         fdio.replay(held)
     import pytest
 

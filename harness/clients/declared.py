@@ -73,7 +73,7 @@ def reader(version: str):
         module = importlib.import_module("hs_connectors.transfer")
     finally:
         sys.path.remove(str(tree))
-    if not str(Path(module.__file__)).startswith(str(tree)):
+    if not str(Path(module.__file__ or "")).startswith(str(tree)):
         raise LookupError(f"hs_connectors was imported from {module.__file__}, not from {CONNECTORS} {pin}'s wheel")
     transfer_cls = module.FileTransfer
     takes = list(inspect.signature(transfer_cls.get_generated).parameters)[1]

@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from harness.support.paths import SOURCE_ROOT
 
@@ -112,7 +113,7 @@ def _child(args) -> int:
         kwargs["dtype"] = "float32"
         return real_model_config(**kwargs)
 
-    overrides = {"ModelConfig": ModelConfig}
+    overrides: dict[str, Any] = {"ModelConfig": ModelConfig}
     if not torch.cuda.is_available():
         overrides["mem_get_info"] = platform_mem_get_info
     cls = rebind(mod.VllmHiddenStatesGenerator, overrides)

@@ -21,6 +21,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from harness.native.layer_ids import map_layer_ids
 from harness.subjects.releases import CLIENT_FAILS, CLIENTS, SERVER_FAILS
@@ -94,12 +95,11 @@ def _file_holds(path: str, prompt: list[int], layers: int) -> dict:
     except Exception as e:  # noqa: BLE001 - an unreadable file is the finding
         return {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}", "lock": had_lock}
     layout = layout_of(data)
-    hs, ids = data.get("hidden_states"), data.get("token_ids")
     holds = (
         set(data) == {"hidden_states", "token_ids"}
-        and hs.dim() == 3
-        and tuple(hs.shape[:2]) == (len(prompt), layers)
-        and ids.tolist() == [int(t) for t in prompt]
+        and data["hidden_states"].dim() == 3
+        and tuple(data["hidden_states"].shape[:2]) == (len(prompt), layers)
+        and data["token_ids"].tolist() == [int(t) for t in prompt]
     )
     return {
         "ok": True,
@@ -112,35 +112,8 @@ def _file_holds(path: str, prompt: list[int], layers: int) -> dict:
 def _compare(theirs, ours, native: list[int], ours_ids: list[int], prompts, dtype: str, n: int) -> dict:
     """One client's files against ours, per native id (the bound by dtype, TOLERANCE)."""
     kind, tol = TOLERANCE[dtype]
-    res = {
-        "token_ids_echoed": all(t.token_ids == [int(x) for x in p] for t, p in zip(theirs, prompts, strict=True)),
-        "waited_on_lock": sorted({t.waited_on_lock for t in theirs}),
-        "lock_left_behind": sorted({t.lock_left for t in theirs}),
-        "returned_key": sorted(
-            {
-                next((k for k in ("hidden_states_path", "handle") if k in t.kv_transfer_params), "?")
-                if t.kv_transfer_params is not None
-                else "not returned by this release"
-                for t in theirs
-            }
-        ),
-        "layout": theirs[0].layout if theirs else None,
-        "reader": sorted({t.reader for t in theirs}),
-    }
-    per_id = {}
-    ours = [{"hidden_states": o["hidden_states"][: len(native)]} for o in ours]
-    for i, j in enumerate(native):
-        diff = max(
-            float((t.hidden_states[i].float() - o["hidden_states"][i].float()).abs().max())
-            for t, o in zip(theirs, ours, strict=True)
-        )
-        scale = max(float(o["hidden_states"][i].float().abs().max()) for o in ours)
-        per_id[str(j)] = {
-            "speculators_id": ours_ids[i],
-            "max_abs_diff": diff,
-            "rel_diff": diff / scale if scale else diff,
-        }
-    res["per_native_id"] = per_id
+    res = _how_it_returned(theirs, prompts)
+    res["per_native_id"] = per_id = _per_native_id(theirs, ours, native, ours_ids)
     measure = "max_abs_diff" if kind == "abs" else "rel_diff"
     worst = max(v[measure] for v in per_id.values())
     res["tolerance"] = f"{measure} <= {tol:g}"
@@ -154,6 +127,43 @@ def _compare(theirs, ours, native: list[int], ours_ids: list[int], prompts, dtyp
         f"{[j for j, v in per_id.items() if v[measure] > tol]}"
     )
     return res
+
+
+def _returned_key(t) -> str:
+    if t.kv_transfer_params is None:
+        return "not returned by this release"
+    return next((k for k in ("hidden_states_path", "handle") if k in t.kv_transfer_params), "?")
+
+
+def _how_it_returned(theirs, prompts) -> dict:
+    """What the client's results say besides the states: token ids echoed, lock files, the key, layout, reader."""
+    return {
+        "token_ids_echoed": all(t.token_ids == [int(x) for x in p] for t, p in zip(theirs, prompts, strict=True)),
+        "waited_on_lock": sorted({t.waited_on_lock for t in theirs}),
+        "lock_left_behind": sorted({t.lock_left for t in theirs}),
+        "returned_key": sorted({_returned_key(t) for t in theirs}),
+        "layout": theirs[0].layout if theirs else None,
+        "reader": sorted({t.reader for t in theirs}),
+    }
+
+
+def _per_native_id(theirs, ours, native: list[int], ours_ids: list[int]) -> dict:
+    """Per native id: speculators' id for it, the largest absolute difference over the prompts, and it relative
+    to the largest magnitude of ours."""
+    per_id = {}
+    ours = [{"hidden_states": o["hidden_states"][: len(native)]} for o in ours]
+    for i, j in enumerate(native):
+        diff = max(
+            float((t.hidden_states[i].float() - o["hidden_states"][i].float()).abs().max())
+            for t, o in zip(theirs, ours, strict=True)
+        )
+        scale = max(float(o["hidden_states"][i].float().abs().max()) for o in ours)
+        per_id[str(j)] = {
+            "speculators_id": ours_ids[i],
+            "max_abs_diff": diff,
+            "rel_diff": diff / scale if scale else diff,
+        }
+    return per_id
 
 
 def run(
@@ -182,7 +192,7 @@ def run(
     native = client_default_ids(n)
     ours_ids = map_layer_ids(native, n, to="speculators")
     prompts = prompts or random_prompts(6, 17, 96, model.vocab_size, seed=21)
-    rep = {
+    rep: dict[str, Any] = {
         "model": name,
         "clients_asked": list(clients),
         "native_ids": native,
@@ -195,7 +205,7 @@ def run(
     }
     mla.prepare(model, attention_backend)
     t0 = time.perf_counter()
-    kw = {"gpu_memory_utilization": gpu_memory_utilization} if gpu_memory_utilization else {}
+    kw: dict[str, Any] = {"gpu_memory_utilization": gpu_memory_utilization} if gpu_memory_utilization else {}
     overrides = {"dtype": dtype, **({"attention_backend": attention_backend} if attention_backend else {})}
     with HarnessGenerator(
         model.path, ours_ids, max_model_len=512, options=options_for(model, **overrides), **kw
@@ -206,7 +216,7 @@ def run(
     def serve(ids: list[int]) -> dict:
         """{version: [ServerExport] or ServerError}; raises ServerError where the server itself fails."""
         t0 = time.perf_counter()
-        got = {}
+        got: dict[str, Any] = {}  # a release's exports, or the ServerError it met
         with VllmServer(
             model.path,
             ids,

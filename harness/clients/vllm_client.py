@@ -24,6 +24,7 @@ import importlib.util
 import inspect
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from harness.clients.server import ServerError
 from harness.envs.wheels import CLIENT_FILE, client_tree
@@ -36,6 +37,8 @@ def load_client(version: str):
     if not path.is_file():
         raise LookupError(f"speculators {version} has no {CLIENT_FILE}: it has no server client")
     spec = importlib.util.spec_from_file_location(f"speculators_{version.replace('.', '_')}_vllm_client", path)
+    if spec is None or spec.loader is None:
+        raise LookupError(f"speculators {version}'s {CLIENT_FILE} cannot be loaded as a module")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -50,7 +53,7 @@ class ClientApi:
     """How one release's client module is called, read from the module: the request's data parameter (`token_ids`:
     a list, else an item dict), and whether it has the lock protocol (`wait_for_lock`)."""
 
-    module: object
+    module: Any  # the release's vllm_client module, as loaded
     takes_item: bool
     waits_on_locks: bool
 

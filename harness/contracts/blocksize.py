@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+from typing import Any
 
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 from harness.vllm_source.facts import Fact
@@ -98,7 +99,7 @@ def probe(ctx) -> Observation:
             CONTRACT, Attempt(True), None, {}, not_applicable="MLA models: the platform sets the block size"
         )
     used = int(ctx.vllm_config.cache_config.block_size)
-    facts = {"block_size_used": used, "shim_selected": used != SPECULATORS_BLOCK_SIZE}
+    facts: dict[str, Any] = {"block_size_used": used, "shim_selected": used != SPECULATORS_BLOCK_SIZE}
     with in_context(ctx.vllm_config):
         selected, backend = Attempt.run(lambda: backend_class(ctx.vllm_config))
         facts["backend"] = f"{backend.__module__}.{backend.__name__}" if backend else None
@@ -135,8 +136,8 @@ def cpu_kernel_block_sizes(tree, used, follower) -> list[Fact]:
                 f"{f.relative_to(tree.root)}:1",
             )
         ]
-    ret = next((n for n in ast.walk(node) if isinstance(n, ast.Return) and n.value is not None), None)
-    text = ast.unparse(ret.value) if ret is not None else "?"
+    ret = next((n.value for n in ast.walk(node) if isinstance(n, ast.Return) and n.value is not None), None)
+    text = ast.unparse(ret) if ret is not None else "?"
     ints = [int(x) for x in re.findall(r"(?<![\w(])(\d+)(?![\w)])", text)]
     multiples = [int(x) for x in re.findall(r"MultipleOf\((\d+)\)", text)]
     takes_16 = SPECULATORS_BLOCK_SIZE in ints or any(SPECULATORS_BLOCK_SIZE % m == 0 for m in multiples)

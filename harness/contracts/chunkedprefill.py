@@ -29,6 +29,8 @@ transformers.
 
 from __future__ import annotations
 
+from typing import Any
+
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 from harness.installed.row_order import (
     BATCH_ATTRIBUTE,
@@ -272,7 +274,7 @@ def probe(ctx) -> Observation:
     gen = ctx.generator
     sc = ctx.vllm_config.scheduler_config
     guard = getattr(gen.scheduler, GUARD, None)
-    facts = {
+    facts: dict[str, Any] = {
         "chunked_prefill_enabled": chunked(sc),
         "max_num_batched_tokens": int(sc.max_num_batched_tokens),
         "max_num_seqs": int(sc.max_num_seqs),
@@ -304,9 +306,13 @@ def probe(ctx) -> Observation:
     unshimmed = next((a for a in (straddling, one_step, repeated) if not a.ok), straddling)
     shimmed = None
     if not unshimmed.ok:
-        shimmed, _ = Attempt.run(
-            lambda: (in_order(gen, batch), each_own(gen, unequal), repeated_calls(gen, facts["max_num_seqs"]))
-        )
+
+        def shimmed_checks() -> None:
+            in_order(gen, batch)
+            each_own(gen, unequal)
+            repeated_calls(gen, facts["max_num_seqs"])
+
+        shimmed, _ = Attempt.run(shimmed_checks)
         facts["kept_running_shimmed"] = guard.kept - kept_before
         facts["regrouped_shimmed"] = regrouped() - regrouped_before
         facts["finished_ids_carried_shimmed"] = guard.carried - carried_before

@@ -241,7 +241,8 @@ def compare(generator, prompt: list[int]) -> tuple[dict, dict]:
 
 def checked(generator, prompts) -> tuple[dict, dict]:
     """The worst result over `prompts`, and the stack's names."""
-    results, where = [], {}
+    results: list = []
+    where: dict = {}
     for p in prompts:
         result, where = compare(generator, p)
         results.append(result)

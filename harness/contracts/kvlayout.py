@@ -148,6 +148,19 @@ SPECULATORS_OWN_WAY = {
 }
 
 
+def _made_by(name: str, speculators_calls: set, speculators_rpc: set, shims: dict[str, str]) -> str | None:
+    """Who makes an executor call of EngineCore's set-up for speculators' generator: speculators itself (or its own
+    way), a harness shim, or nobody (None)."""
+    rpc = name[:-1] if name.endswith("s") else name  # get_kv_cache_specs -> get_kv_cache_spec
+    if name in speculators_calls or rpc in speculators_rpc:
+        return "speculators replicates it"
+    if name in SPECULATORS_OWN_WAY:
+        return SPECULATORS_OWN_WAY[name]
+    if name in shims or rpc in shims:
+        return f"a harness shim makes it ({shims.get(name) or shims[rpc]})"
+    return None
+
+
 def setup_steps(tree, used, follower) -> list[Fact]:
     """One fact per executor call EngineCore makes while setting up the KV cache: replicated by speculators,
     made by a harness shim (from the shim surface's `rpc` entries), or skipped (a finding when new)."""
@@ -168,15 +181,7 @@ def setup_steps(tree, used, follower) -> list[Fact]:
         if step.name in seen:
             continue
         seen.add(step.name)
-        rpc = step.name[:-1] if step.name.endswith("s") else step.name  # get_kv_cache_specs -> get_kv_cache_spec
-        if step.name in speculators_calls or rpc in speculators_rpc:
-            made_by = "speculators replicates it"
-        elif step.name in SPECULATORS_OWN_WAY:
-            made_by = SPECULATORS_OWN_WAY[step.name]
-        elif step.name in shims or rpc in shims:
-            made_by = f"a harness shim makes it ({shims.get(step.name) or shims[rpc]})"
-        else:
-            made_by = None
+        made_by = _made_by(step.name, speculators_calls, speculators_rpc, shims)
         turned_off = made_by is None and "extensible" in (step.condition or "")
         value = f"EngineCore calls {step.describe()}; " + (made_by or "neither speculators nor a harness shim does")
         facts.append(

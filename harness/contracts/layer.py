@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+from typing import Any
 
 from harness.contracts.base import Attempt, Contract, GateCover, Observation
 from harness.vllm_source.facts import Fact
@@ -43,7 +44,7 @@ def worker_probe(worker) -> dict:
     config = (
         getattr(worker.model_runner.model_config, "hf_text_config", None) or worker.model_runner.model_config.hf_config
     )
-    facts = {"layers": kinds}
+    facts: dict[str, Any] = {"layers": kinds}
     for param, key in CONFIG_GATED.items():
         value = getattr(config, key, None)
         facts[f"config_{key}"] = value

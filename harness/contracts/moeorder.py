@@ -17,6 +17,7 @@ with the aligner not where the shim looks (the module moved) are broken, never n
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 from harness.contracts.base import Attach, Attempt, Contract, Observation, Shim
@@ -72,8 +73,7 @@ def engage(module) -> bool:
         sorted_ids, expert_ids, padded = current(topk_ids, block_size, *args, **kwargs)
         return canonical_order(sorted_ids, expert_ids, block_size), expert_ids, padded
 
-    aligned._harness_canonical = True
-    aligned._harness_inner = current
+    aligned.__dict__.update(_harness_canonical=True, _harness_inner=current)  # marks: engaged, and what it wraps
     setattr(module, ALIGNER, aligned)
     return True
 
@@ -130,7 +130,9 @@ def worker_probe(worker) -> dict:
     aligner = vllm_aligner(module)
     attempts = {}
     for label, canonical in (("unshimmed", False), ("shimmed", True)):
-        ran, found = Attempt.run(lambda c=canonical: layouts(aligner, facts["experts"], facts["top_k"], device, c))
+        ran, found = Attempt.run(
+            functools.partial(layouts, aligner, facts["experts"], facts["top_k"], device, canonical)
+        )
         if not ran.ok:
             attempts[label] = ran
             continue

@@ -23,7 +23,7 @@ def envfix() -> list[str]:
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600)
         return next((line[7:] for line in out.stdout.splitlines() if line.startswith("DEVICE=")), "")
 
-    applied = []
+    applied: list[str] = []
     if device_type():
         return applied
     try:

@@ -281,6 +281,8 @@ def build(rec: Recipe, work: Path, jobs: int = 2) -> Path:
     tree = unpack(rec, sdist, work)
     python = build_venv(rec, tree, work)
     cuda = cuda_home()
+    if cuda is None:  # refused before the build started (see the checks above); the toolkit went away since
+        raise BuildRefused("no CUDA toolkit (CUDA_HOME or /usr/local/cuda)")
     env = dict(
         os.environ,
         **rec.data.get("env", {}),

@@ -312,8 +312,9 @@ def _members(archive: Path, artifact: Artifact):
     with tarfile.open(archive, "r:*") as t:
         for member in t:
             m = SDIST_MEMBER.match(member.name)
-            if m and member.isfile():
-                yield m.group(1), t.extractfile(member).read()
+            handle = t.extractfile(member) if m and member.isfile() else None
+            if m and handle is not None:
+                yield m.group(1), handle.read()
 
 
 def extract(archive: Path, artifact: Artifact, root: Path, name: str) -> Path:

@@ -32,7 +32,7 @@ def wheel_tree(project: str, version: str) -> Path:
     wheel = next(Path(local).glob(f"{stem}-{version}-*.whl"), None) if local else None
     CACHE.mkdir(parents=True, exist_ok=True)
     downloaded = wheel is None
-    if downloaded:
+    if wheel is None:
         from packaging.version import Version
 
         from harness.envs import sources

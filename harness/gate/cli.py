@@ -139,43 +139,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from harness import contracts
-    from harness.envs import sources
-    from harness.gate.decide import allowlist, verdict
-    from harness.gate.obtain import artifacts
-    from harness.gate.read import coverage, dynamic
-    from harness.vllm_source import used_surface
+    from harness.gate.decide import verdict
 
     try:
-        from harness.gate.read import reach, static
+        from harness.gate.read import reach, static  # noqa: F401 - the gate's extra dependency, checked first
     except ImportError as exc:  # griffe is the gate's one extra dependency (the `gate` extra)
         print(f"harness gate: {exc}; install the gate's dependencies with `pip install -e .[gate]`", file=sys.stderr)
         return 2
-    if args.action == "bisect":
-        if not args.contract:
-            print("harness gate bisect: --contract is required", file=sys.stderr)
-            return 2
-        from harness.gate.sweeps import bisect
-
-        return bisect.run(args)
-    if args.action == "mutants":
-        return _run_mutants(args)
-    if args.action == "pairs":
-        from harness.gate.sweeps import pairs
-
-        return pairs.run(args)
+    if args.action in ("bisect", "mutants", "pairs"):
+        return _run_sweep(args)
     try:
         _read_lockfiles(args)
-    except InputRefused as exc:
-        print(f"harness gate: {exc}", file=sys.stderr)
-        return 2
-    if not args.to_version:
-        print(
-            "harness gate: --to is required (or --base-lockfile with --lockfile; or: gate bisect --contract ID)",
-            file=sys.stderr,
-        )
-        return 2
-    t0 = time.perf_counter()
-    try:
+        if not args.to_version:
+            raise InputRefused("--to is required (or --base-lockfile with --lockfile; or: gate bisect --contract ID)")
+        t0 = time.perf_counter()
         old_spec, new_spec, checkpoint = _checked_input(args)
     except InputRefused as exc:
         print(f"harness gate: {exc}", file=sys.stderr)
@@ -187,6 +164,62 @@ def run(args) -> int:
     if getattr(args, "from_reason", None):
         print(f"gate: --from not given: {old}, {args.from_reason}", file=sys.stderr)
         meta["from_reason"] = args.from_reason
+    try:
+        old, new, entries, comparison, paths = _read_both(args, old_spec, new_spec, meta, t0)
+    except _ReadFailed as failed:
+        gate = verdict.undecided(failed.old, failed.new, str(failed.exc), meta)
+        print(f"harness gate: {failed.exc}", file=sys.stderr)
+        _write(gate, args, verdict, decided=False)
+        return gate.exit_code
+    if checkpoint is not None:
+        from harness.gate.read import coverage
+
+        meta["model_config"] = {"file": Path(args.model_config).name, "sha256": checkpoint["sha256"]}
+        coverage.attach_checkpoint_config(comparison.findings + comparison.carried, checkpoint["config"])
+    observed, why_not = _dynamic_answer(args, new_spec, new, meta)
+    gate = verdict.decide(old, new, comparison, contracts.ids(), entries, _dt.date.today(), observed, why_not, paths)
+    meta["timings"]["total"] = round(time.perf_counter() - t0, 2)
+    gate.meta = meta
+    _write(gate, args, verdict)
+    return gate.exit_code
+
+
+def _run_sweep(args) -> int:
+    """`gate bisect`, `gate mutants`, `gate pairs`: the gate over many builds."""
+    if args.action == "bisect":
+        if not args.contract:
+            print("harness gate bisect: --contract is required", file=sys.stderr)
+            return 2
+        from harness.gate.sweeps import bisect
+
+        return bisect.run(args)
+    if args.action == "mutants":
+        return _run_mutants(args)
+    from harness.gate.sweeps import pairs
+
+    return pairs.run(args)
+
+
+class _ReadFailed(Exception):
+    """Reading a side failed (sources, surface, allow-list, a tree): the gate is UNDECIDED, with this reason, under
+    the sides' labels as far as they were read."""
+
+    def __init__(self, exc: Exception, old: str, new: str):
+        super().__init__(str(exc))
+        self.exc, self.old, self.new = exc, old, new
+
+
+def _read_both(args, old_spec, new_spec, meta: dict, t0: float) -> tuple:
+    """Both sides obtained and read: (old label, new label, allow-list entries, the static comparison, the watched
+    paths' review); the surface, allow-list, provenance and timings go into `meta`."""
+    from harness import contracts
+    from harness.envs import sources
+    from harness.gate.decide import allowlist
+    from harness.gate.obtain import artifacts
+    from harness.gate.read import coverage, reach, static
+    from harness.vllm_source import used_surface
+
+    old, new = old_spec.label, new_spec.label
     try:
         problems = coverage.validate(contracts.ids())
         if problems:
@@ -202,7 +235,7 @@ def run(args) -> int:
         got = list(
             reversed([artifacts.fetch(spec, args.cache_dir) for spec in (new_spec, old_spec)])
         )  # candidate first
-        old, new = _side_label(got[0], old), _side_label(got[1], new)
+        old, new = _side_label(got[0], old_spec.label), _side_label(got[1], new_spec.label)
         meta["sources"] = {side: _provenance(s) for side, s in zip(("from", "to"), got, strict=True)}
         t1 = time.perf_counter()
         old_facts, new_facts = static.read_versions([s.root for s in got], fixture)
@@ -218,40 +251,27 @@ def run(args) -> int:
         ValueError,
         OSError,
     ) as exc:
-        gate = verdict.undecided(old, new, str(exc), meta)
-        print(f"harness gate: {exc}", file=sys.stderr)
-        _write(gate, args, verdict, decided=False)
-        return gate.exit_code
+        raise _ReadFailed(exc, old, new) from exc
     meta["timings"] = {"sources": round(t1 - t0, 2), "static": round(t2 - t1, 2), "paths": round(t3 - t2, 2)}
-    if checkpoint is not None:
-        meta["model_config"] = {"file": Path(args.model_config).name, "sha256": checkpoint["sha256"]}
-        coverage.attach_checkpoint_config(comparison.findings + comparison.carried, checkpoint["config"])
+    return old, new, entries, comparison, paths
+
+
+def _dynamic_answer(args, new_spec, new: str, meta: dict) -> tuple[dict | None, str]:
+    """What the candidate's own env observed (`--dynamic` runs it, `--use-reports` reads its report), and why
+    there is no such answer where there is none."""
+    from harness.gate.read import dynamic
+
     wanted = args.dynamic or args.use_reports
     release = new_spec.kind == "version"  # a matrix env runs the released build of that number, not this file
     if args.dynamic and release:
         meta["dynamic_rc"] = dynamic.run_env(new)
-    why_not = (
-        dynamic.NOT_REQUESTED
-        if not wanted
-        else dynamic.reason(new)
-        if release
-        else f"the candidate is a {new_spec.kind}, not a release a matrix env installs: only the static check ran"
-    )
-    gate = verdict.decide(
-        old,
-        new,
-        comparison,
-        contracts.ids(),
-        entries,
-        _dt.date.today(),
-        dynamic.dynamic_check(new) if wanted and release else None,
-        why_not,
-        paths,
-    )
-    meta["timings"]["total"] = round(time.perf_counter() - t0, 2)
-    gate.meta = meta
-    _write(gate, args, verdict)
-    return gate.exit_code
+    if not wanted:
+        why_not = dynamic.NOT_REQUESTED
+    elif release:
+        why_not = dynamic.reason(new)
+    else:
+        why_not = f"the candidate is a {new_spec.kind}, not a release a matrix env installs: only the static check ran"
+    return (dynamic.dynamic_check(new) if wanted and release else None), why_not
 
 
 def _run_mutants(args) -> int:

@@ -38,6 +38,7 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from harness.gpu import fatbin
 
@@ -359,8 +360,10 @@ def metadata(whl: Path) -> tuple[str, list[str], dt.datetime]:
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         text = z.read(meta).decode()
         newest = max(dt.datetime(*i.date_time) for i in z.infolist())
-    version = re.search(r"^Version: (\S+)", text, re.M).group(1)
-    return version, re.findall(r"^Requires-Dist: (.+)$", text, re.M), newest
+    found = re.search(r"^Version: (\S+)", text, re.M)
+    if found is None:
+        raise ValueError(f"{whl.name}: no Version in its METADATA")
+    return found.group(1), re.findall(r"^Requires-Dist: (.+)$", text, re.M), newest
 
 
 def torch_pin(requires: list[str]) -> str | None:
@@ -549,7 +552,7 @@ def build(version: str, out: Path, cache: Path, arch: int, torch: str, part_mib:
         tar_sha = _sha(staging / tar_name)
         files = sorted(staging.iterdir())
         layout = pack(files, bundle, part_mib << 20)
-    manifest = {
+    manifest: dict[str, Any] = {
         "vllm": version,
         "wheel": whl.name,
         "wheel_sha256": _sha(whl),

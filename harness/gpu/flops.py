@@ -48,7 +48,8 @@ def flop_model(config: dict, tensors: list[tuple[str, tuple, str]]) -> dict:
     experts = int(text.get("n_routed_experts") or text.get("num_experts") or 0)
     topk = int(text.get("num_experts_per_tok") or 0)
     bits = _packed_bits(config)
-    total = embed = head = active = 0
+    total = embed = head = 0
+    active: float = 0  # routed experts count by the share of them a token runs
     for name, shape, dtype in tensors:
         if name.endswith(("weight_scale", "weight_zero_point", "weight_shape", "weight_global_scale")):
             continue  # quantization metadata, not parameters

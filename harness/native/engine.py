@@ -8,6 +8,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from harness.contracts.base import summarize
 from harness.native.engine_log import engine_output_to, root_cause
@@ -168,7 +169,7 @@ class NativeExporter:
         self.storage = self.dir / "hidden_states"
         self.storage.mkdir(parents=True, exist_ok=True)
         self.log_path = self.dir / "engine.log"
-        self.llm = None
+        self.llm: Any = None  # vLLM's LLM, once started
         self._shm_before = shm_orphans.entries()  # what the engine's dead core may leave is new since then
         mla.prepare(model)  # the same attention decision our generator made for this model
         self.kwargs = engine_kwargs(

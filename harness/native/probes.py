@@ -192,4 +192,5 @@ def connector_writes_lock_files() -> bool:
     from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 
     cls = KVConnectorFactory._registry[CONNECTOR]()
-    return ".lock" in inspect.getsource(inspect.getmodule(cls))
+    module = inspect.getmodule(cls)
+    return module is not None and ".lock" in inspect.getsource(module)

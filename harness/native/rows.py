@@ -145,7 +145,7 @@ def probe_layout(export: NativeExport, prompt: list[int], num_layers_requested: 
         lay[k][0] == shape and (dt is None or lay[k][1] == dt) for k, (shape, dt) in want.items()
     )
     ok = ok and export.token_ids == [int(t) for t in prompt]
-    returned = {k: f"{list(s)} {d}" for k, (s, d) in lay.items()}
+    returned: dict[str, str | bool] = {k: f"{list(s)} {d}" for k, (s, d) in lay.items()}
     returned["token_ids == prompt"] = export.token_ids == [int(t) for t in prompt]
     return NativeProbe(
         "file layout: hidden_states [tokens, layers, hidden] float32, token_ids == prompt",

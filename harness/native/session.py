@@ -4,6 +4,7 @@ one retry without the last layer's output, and always closed on failure."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.contracts.base import Attempt
 from harness.native.engine import CONNECTOR, METHOD, NativeExporter, NativeExportError, default_gpu_memory_utilization
@@ -24,7 +25,7 @@ def prompts_for(vocab: int) -> list[list[int]]:
 @dataclass
 class NativeRun:
     name: str
-    ours: object  # the shared ModelRun
+    ours: Any  # the shared ModelRun (harness.testing)
     layer_ids: list[int] = field(default_factory=list)  # speculators' ids the native run was asked for
     exporter: NativeExporter | None = None
     first: list | None = None  # the first extraction (the agreement prompts)

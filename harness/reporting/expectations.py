@@ -181,7 +181,7 @@ def draft(report: dict) -> str:
     def value(x) -> str:  # a TOML value as tomli-w writes it (escapes included), for one inline row a contract
         return tomli_w.dumps({"x": x})[len("x = ") :].strip()
 
-    def key(k: str) -> str:
+    def toml_key(k: str) -> str:
         return k if k.replace("_", "").replace("-", "").isalnum() else value(k)
 
     body = [
@@ -192,7 +192,7 @@ def draft(report: dict) -> str:
         "[contracts]",
     ]
     body += [
-        f"{key(k)} = {{ outcome = {value(r['outcome'])}, reason = {value(r['reason'])} }}" for k, r in rows.items()
+        f"{toml_key(k)} = {{ outcome = {value(r['outcome'])}, reason = {value(r['reason'])} }}" for k, r in rows.items()
     ]
     return "\n".join(header + body) + "\n"
 

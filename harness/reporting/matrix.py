@@ -18,7 +18,9 @@ SCHEMA = "harness-matrix/1"
 
 def merge(report_dir: Path = REPORTS) -> dict:
     report_dir = Path(report_dir)
-    columns, rows, clients = [], {}, {v: {} for v in client_axis.CLIENTS}
+    columns: list[dict] = []
+    rows: dict[str, dict] = {}
+    clients: dict[str, dict] = {v: {} for v in client_axis.CLIENTS}
     cuda = builds.cuda_cells(report_dir, client_axis._cell)
     for ver, meta in versions().items():
         path = report_dir / f"{meta['env']}.json"
@@ -46,7 +48,7 @@ def merge(report_dir: Path = REPORTS) -> dict:
         for c in columns
         if c.get("wall_s") is not None
     }
-    slowest = max(walls, key=walls.get) if walls else None
+    slowest = max(walls, key=lambda v: walls[v]) if walls else None
     return {
         "schema": SCHEMA,
         "columns": columns,

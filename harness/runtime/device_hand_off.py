@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 
 from harness.runtime import transport
-from harness.runtime.transport import _pack, _views
+from harness.runtime.transport import _views
 
 
 @dataclass(frozen=True)
@@ -38,23 +38,19 @@ class DeviceStates(transport.HandOff):
         return receive(self)
 
 
-class DevicePublisher:
-    """Worker side: one reusable uint8 buffer on this worker's GPU, grown on demand (the `Publisher` interface that
-    `transport.Stream` writes into)."""
+class DevicePublisher(transport.Publisher):
+    """Worker side: one reusable uint8 buffer on this worker's GPU, grown on demand; a `Publisher` whose buffer is
+    on the device and whose reply is a `DeviceStates` (`transport.Stream` writes into it as into the host one).
+    `grown` numbers the buffers: a reply's `serial`, by which the caller knows to open a new one."""
 
     def __init__(self) -> None:
         import torch
 
         if not torch.cuda.is_available():
             raise ValueError("the device hand-off needs the worker on a CUDA device; this worker has none")
-        self.buf = None
-        self.serial = 0  # buffers made (the first included)
-        self.published = 0
+        super().__init__()
+        self.pins = None  # device memory: nothing to page-lock
         self._ipc: tuple | None = None
-
-    @property
-    def grown(self) -> int:
-        return self.serial
 
     def _buffer(self, total: int):
         import torch
@@ -64,24 +60,14 @@ class DevicePublisher:
             return self.buf
         self.close()
         self.buf = torch.empty(total, dtype=torch.uint8, device=torch.cuda.current_device())
-        self.serial += 1
+        self.grown += 1
         self._ipc = reduce_tensor(self.buf)[1]  # (rebuild_cuda_tensor's arguments): the caller opens it once
         return self.buf
 
-    def publish(self, states: list) -> DeviceStates:
-        """The end-of-batch hand-off: every captured tensor copied into the buffer."""
-        import torch
-
-        layout, total = _pack((h.dtype, h.shape, h.numel() * h.element_size()) for h in states)
-        buf = self._buffer(total)
-        for h, view in zip(states, _views(buf, layout), strict=True):
-            view.copy_(h)
-        torch.cuda.synchronize()
-        return self.handle(layout)
-
     def handle(self, layout: list) -> DeviceStates:
+        assert self._ipc is not None, "handle() after _buffer() made the buffer"
         self.published += 1
-        return DeviceStates(os.getpid(), self.serial, int(self.buf.numel()), tuple(layout), self._ipc)
+        return DeviceStates(os.getpid(), self.grown, int(self.buf.numel()), tuple(layout), self._ipc)
 
     def close(self) -> None:
         """Drop the buffer; torch keeps its memory while the caller still holds it (CUDA IPC reference count)."""

@@ -118,38 +118,42 @@ def checked_prompts(token_ids, vocab_size: int, max_model_len: int) -> list[list
         raise HarnessInputError(f"token ids must be a list of prompts (lists of ints), got {type(token_ids).__name__}")
     if not token_ids:
         raise HarnessInputError("empty batch: pass at least one prompt")
-    prompts = []
-    for i, p in enumerate(token_ids):
-        if hasattr(p, "tolist"):
-            p = p.tolist()
-        if _is_int(p):
-            raise HarnessInputError(
-                "token ids must be a list of prompts (lists of ints), got a flat list of ints: "
-                "wrap a single prompt as [ids]"
-            )
-        if isinstance(p, (str, bytes)) or not isinstance(p, (list, tuple)):
-            raise HarnessInputError(f"prompt {i} must be a list of ints, got {type(p).__name__} {str(p)[:40]!r}")
-        if not p:
-            raise HarnessInputError(f"prompt {i} is empty")
-        if not isinstance(p, list):
-            p = list(p)
-        if not all(type(t) is int for t in p):  # fast path for plain ints (a bool's type is not int)
-            wrong = [t for t in p if not _is_int(t)]
-            if wrong:
-                raise HarnessInputError(
-                    f"prompt {i} has token ids that are not ints: {wrong[:5]!r} "
-                    f"({', '.join(sorted({type(t).__name__ for t in wrong}))})"
-                )
-            p = [int(t) for t in p]
-        if min(p) < 0 or max(p) >= vocab_size:
-            bad = [t for t in p if not 0 <= t < vocab_size]
-            raise HarnessInputError(f"prompt {i} has token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}")
-        if len(p) > max_model_len - 1:
-            warnings.warn(
-                f"prompt {i} has {len(p)} tokens; max_model_len={max_model_len} leaves room for "
-                f"{max_model_len - 1}: it is truncated (as speculators does) and reported as truncated_from",
-                TruncationWarning,
-                stacklevel=3,
-            )
-        prompts.append(p)
-    return prompts
+    return [_checked_prompt(i, p, vocab_size, max_model_len) for i, p in enumerate(token_ids)]
+
+
+def _checked_prompt(i: int, p, vocab_size: int, max_model_len: int) -> list[int]:
+    """Prompt `i` of a batch as a list of Python ints in the vocabulary, or HarnessInputError saying what it is."""
+    if hasattr(p, "tolist"):
+        p = p.tolist()
+    if _is_int(p):
+        raise HarnessInputError(
+            "token ids must be a list of prompts (lists of ints), got a flat list of ints: wrap a single prompt as [ids]"
+        )
+    if isinstance(p, (str, bytes)) or not isinstance(p, (list, tuple)):
+        raise HarnessInputError(f"prompt {i} must be a list of ints, got {type(p).__name__} {str(p)[:40]!r}")
+    if not p:
+        raise HarnessInputError(f"prompt {i} is empty")
+    p = _plain_ints(i, list(p) if not isinstance(p, list) else p)
+    if min(p) < 0 or max(p) >= vocab_size:
+        bad = [t for t in p if not 0 <= t < vocab_size]
+        raise HarnessInputError(f"prompt {i} has token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}")
+    if len(p) > max_model_len - 1:
+        warnings.warn(
+            f"prompt {i} has {len(p)} tokens; max_model_len={max_model_len} leaves room for "
+            f"{max_model_len - 1}: it is truncated (as speculators does) and reported as truncated_from",
+            TruncationWarning,
+            stacklevel=4,  # the caller of generate(), two frames above checked_prompts
+        )
+    return p
+
+
+def _plain_ints(i: int, p: list) -> list[int]:
+    if all(type(t) is int for t in p):  # fast path for plain ints (a bool's type is not int)
+        return p
+    wrong = [t for t in p if not _is_int(t)]
+    if wrong:
+        raise HarnessInputError(
+            f"prompt {i} has token ids that are not ints: {wrong[:5]!r} "
+            f"({', '.join(sorted({type(t).__name__ for t in wrong}))})"
+        )
+    return [int(t) for t in p]

@@ -22,6 +22,7 @@ import shutil
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from harness.runtime.pinning import CudaPins, Pins
 from harness.support.shm_orphans import SHM
@@ -92,7 +93,7 @@ class Publisher:
     def __init__(self, directory: str = SHM, pins: Pins | None = None):
         self.directory = directory
         self.path: str | None = None
-        self.buf = None  # uint8 tensor over the mapped file
+        self.buf: Any = None  # uint8 tensor over the mapped file
         self.published = 0
         self.grown = 0  # buffers made (the first included)
         self.pins = pins if pins is not None else CudaPins.if_available()
@@ -115,7 +116,7 @@ class Publisher:
             self.pins.register(*self._pinned)
         return self.buf
 
-    def publish(self, states: list) -> SharedStates | None:
+    def publish(self, states: list) -> HandOff | None:
         layout, total = _pack((h.dtype, h.shape, h.numel() * h.element_size()) for h in states)
         buf = self._buffer(total)
         if buf is None:
@@ -128,13 +129,14 @@ class Publisher:
             torch.cuda.synchronize()
         return self.handle(layout)
 
-    def handle(self, layout: list) -> SharedStates:
+    def handle(self, layout: list) -> HandOff:
+        assert self.path is not None, "handle() after _buffer() made the buffer"
         self.published += 1
         return SharedStates(self.path, int(self.buf.numel()), tuple(layout))
 
     def close(self) -> None:
         """Drop the buffer (the caller may still map it; the memory goes with the last mapping), unpinned first."""
-        if self._pinned is not None:
+        if self._pinned is not None and self.pins is not None:
             self.pins.unregister(self._pinned[0])
             self._pinned = None
         if self.path and os.path.exists(self.path):
@@ -164,7 +166,7 @@ class Stream:
 
     def __init__(self, publisher: Publisher):
         self.publisher = publisher
-        self.side = None  # the CUDA stream the copies run on
+        self.side: Any = None  # the CUDA stream the copies run on
         self.streamed = 0  # batches handed over this way
         self.begin()
 
@@ -173,7 +175,7 @@ class Stream:
         tensors are about to be dropped)."""
         if self.side is not None:
             self.side.synchronize()
-        self.pending = None  # the last forward's (states, moves, ready event), queued at the next flush
+        self.pending: tuple | None = None  # the last forward's (states, moves, ready event), queued at the next flush
         self.views: list | None = None
         self.layout: list = []
         self.total = self.placed = 0
@@ -189,8 +191,11 @@ class Stream:
         if self.views is None and not self._allocate(placement[0], states):
             self.failed = True
             return
-        if len(states) != len(self.views) or any(
-            h.dtype != v.dtype or h.shape[1:] != v.shape[1:] for h, v in zip(states, self.views, strict=True)
+        views = self.views
+        if (
+            views is None
+            or len(states) != len(views)
+            or any(h.dtype != v.dtype or h.shape[1:] != v.shape[1:] for h, v in zip(states, views, strict=True))
         ):
             self.failed = True
             return
@@ -201,7 +206,7 @@ class Stream:
             self.flush()
             self.pending = (states, moves, torch.cuda.current_stream().record_event())
         else:
-            for h, view in zip(states, self.views, strict=True):
+            for h, view in zip(states, views, strict=True):
                 for src, dst, n in moves:
                     view[dst : dst + n].copy_(h[src : src + n])
         self.placed += sum(n for _, _, n in moves)
@@ -222,6 +227,7 @@ class Stream:
 
         states, moves, ready = self.pending
         self.pending = None
+        assert self.views is not None, "a step is pending only once its batch's buffer is allocated"
         if self.side is None:
             self.side = torch.cuda.Stream()
         with torch.cuda.stream(self.side):
@@ -231,7 +237,7 @@ class Stream:
                 for src, dst, n in moves:
                     view[dst : dst + n].copy_(h[src : src + n], non_blocking=True)
 
-    def take(self) -> SharedStates | None:
+    def take(self) -> HandOff | None:
         """The batch's hand-off once every row of it is in place (after the last copy ends); else None."""
         complete = not self.failed and self.views is not None and self.placed == self.total
         if complete:
@@ -258,7 +264,7 @@ def _coalesce(moves: list) -> list:
 #: Caller side: per worker process (its pid is in the file name), the file it publishes into and our mapping of
 #: it. The file is unlinked once mapped, so a mapping is kept for as long as that worker reuses its buffer and
 #: dropped when the worker moves to a bigger one or its executor shuts down (`forget`).
-_MAPPED: dict[int, tuple[str, object]] = {}
+_MAPPED: dict[int, tuple[str, Any]] = {}
 
 
 class HandOffLost(RuntimeError):
@@ -275,7 +281,7 @@ def receive(handle: SharedStates) -> list:
 
     pid = _pid(handle.path)
     path, buf = _MAPPED.get(pid, (None, None))
-    if path != handle.path or buf.numel() < handle.nbytes:
+    if path != handle.path or buf is None or buf.numel() < handle.nbytes:
         if not os.path.exists(handle.path):  # from_file would create an empty file: never read zeros as states
             raise HandOffLost(f"{handle.path} is neither mapped by this process nor on disk")
         storage = torch.UntypedStorage.from_file(handle.path, shared=True, nbytes=handle.nbytes)

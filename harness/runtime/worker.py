@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 from harness import contracts
 from harness.contracts.base import Attach
@@ -69,7 +70,7 @@ def setup_capture(worker, layer_ids, disabled: frozenset) -> dict:
     ns: dict = {}
     for cid, shim in contracts.selected(Attach.WORKER_GLOBALS, disabled):
         engaged[cid] = shim.fn(ns, lambda name: ns.get(name, _SPECULATORS_MODULE_GLOBALS[name]), worker)
-    spec_cls = rebind(HiddenStatesWorkerExtension, ns) if ns else HiddenStatesWorkerExtension
+    spec_cls: Any = rebind(HiddenStatesWorkerExtension, ns) if ns else HiddenStatesWorkerExtension
     spec_cls._setup_hidden_states_capture(worker, layer_ids)
     for cid, shim in contracts.selected(Attach.WORKER_AFTER, disabled):
         engaged[cid] = shim.fn(worker)

@@ -47,7 +47,8 @@ def paired(plain, extract, pairs: int = 5, warmup: int = 1) -> dict:
     for _ in range(warmup):
         plain()
         extract()
-    t_plain, t_extract = [], []
+    t_plain: list[float] = []
+    t_extract: list[float] = []
     for i in range(pairs):
         order = ((plain, t_plain), (extract, t_extract))
         for fn, into in order if i % 2 == 0 else order[::-1]:

@@ -145,7 +145,9 @@ class Soak:
                 {
                     "device_reserved_peak_warmup": [d[0] for d in reserved],
                     "device_reserved_peak_after": [d[1] for d in reserved],
-                    "device_mib": [[[v[0] >> 20, v[1] >> 20] for v in c.device] for c in self.calls],
+                    "device_mib": [
+                        [[v[0] >> 20, v[1] >> 20] if v is not None else None for v in c.device] for c in self.calls
+                    ],
                 }
                 if ranks
                 else {}
@@ -195,6 +197,22 @@ def _host_rss(worker_pids: list[int]) -> int:
     return total
 
 
+def _against_alone(gen, batch, results, alone: dict[tuple, list]) -> tuple[float, float, int]:
+    """The largest and the largest mean difference of each prompt's rows from the prompt extracted alone (each
+    prompt extracted alone once, kept in `alone`), and how many bytes the newly kept alone results hold."""
+    worst = mean = 0.0
+    held = 0
+    for q, r in zip(batch, results, strict=True):
+        key = tuple(q)
+        if key not in alone:
+            alone[key] = [h.clone() for h in gen.generate([q])[0]["hidden_states"]]
+            held += sum(h.numel() * h.element_size() for h in alone[key])
+        for a, h in zip(alone[key], r["hidden_states"], strict=True):
+            d = (a.float() - h.float()).abs()
+            worst, mean = max(worst, float(d.max())), max(mean, float(d.mean()))
+    return worst, mean, held
+
+
 def run(gen, p: Plan, bound, strict: bool = True) -> Soak:
     """Run the plan on `gen` (a HarnessGenerator); `bound(tensors)` is the alone-vs-batch tolerance, for the mean
     difference always and for the maximum when `strict`."""
@@ -220,15 +238,8 @@ def run(gen, p: Plan, bound, strict: bool = True) -> Soak:
         )
         if not rows_ok or len(results) != len(batch):
             out.failures.append(f"call {i}: rows differ from tokens")
-        worst = mean = 0.0
-        for q, r in zip(batch, results, strict=True):
-            key = tuple(q)
-            if key not in alone:
-                alone[key] = [h.clone() for h in gen.generate([q])[0]["hidden_states"]]
-                held += sum(h.numel() * h.element_size() for h in alone[key])
-            for a, h in zip(alone[key], r["hidden_states"], strict=True):
-                d = (a.float() - h.float()).abs()
-                worst, mean = max(worst, float(d.max())), max(mean, float(d.mean()))
+        worst, mean, kept = _against_alone(gen, batch, results, alone)
+        held += kept
         tol = bound([h for r in results for h in r["hidden_states"]])
         out.bound = max(out.bound, tol)
         if mean > tol:

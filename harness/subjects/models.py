@@ -39,7 +39,9 @@ class TinyModel:
     path: Path
     hf_config: dict
     fingerprint: str
-    run_options: dict = None  # harness.runtime.generator.Options fields this model needs (e.g. language_model_only)
+    run_options: dict | None = (
+        None  # harness.runtime.generator.Options fields this model needs (e.g. language_model_only)
+    )
     #: Layer ids the suites' shared generator captures (the fixture's `probe_layers`, else last, first, middle:
     #: unordered on purpose, both ends included).
     probe_layers: tuple = ()

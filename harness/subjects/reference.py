@@ -121,7 +121,7 @@ def all_hidden_states(model, prompt: list[int]) -> list:
     """transformers' hidden_states for one prompt, the last entry replaced by the pre-norm layer output."""
     import torch
 
-    seen = {}
+    seen: dict = {}
     layers = decoder_layers(model)
     hook = layers[-1].register_forward_hook(
         lambda mod, args, out: seen.__setitem__("last", out[0] if isinstance(out, tuple) else out)

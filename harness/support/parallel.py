@@ -41,7 +41,7 @@ def jobs(spec: str | int | None) -> int:
     MAX_WORKERS), at least 1; always 1 without pytest-xdist."""
     if not xdist_installed():
         return 1
-    if spec not in (None, "", "auto"):
+    if spec is not None and spec not in ("", "auto"):
         n = int(spec)
         if n < 1:
             raise ValueError(f"--jobs must be >= 1 or auto, got {spec}")

@@ -16,7 +16,7 @@ class Collector:
         self.meta: dict = {}
         self.notes: list[str] = []
         self.tiers: dict[str, dict] = {}
-        self.tests = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
+        self.tests: dict[str, float] = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}  # and wall_s
         self.started = time.time()
         self.proofs: dict[str, dict] = {}
         self.skips: list[dict] = []

@@ -69,9 +69,9 @@ class ProbeContext:
     def keywords(name: str) -> list[str]:
         return surface.speculators_call(name)
 
-    def speculators_vllm_config(self, disable: set[str] = frozenset(), **options: Any):
+    def speculators_vllm_config(self, disable: frozenset[str] | set[str] = frozenset(), **options: Any):
         """The VllmConfig speculators' `_create_vllm_config` builds, with the given shims left out."""
-        cls = generator_class(ShimState(disabled=frozenset(disable)), options_for(self.model, **options))
+        cls: Any = generator_class(ShimState(disabled=frozenset(disable)), options_for(self.model, **options))
         return cls._create_vllm_config(
             None,
             model_path=str(self.model.path),

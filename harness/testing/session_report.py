@@ -64,28 +64,37 @@ def pytest_runtest_logreport(report):
             col.starts.extend(value)
     # Properties are read once per test: from its call, or from its setup when the test never ran.
     if report.when == "call" or (report.when == "setup" and not report.passed):
-        for name, value in report.user_properties:
-            if name == OBS:
-                col.observations[value["contract"]] = value
-            elif name == E2E:
-                col.e2e.append(value)
-            elif name == META:
-                col.meta = value
-            elif name == NOTE and value not in col.notes:
-                col.notes.append(value)
-            elif name == PROOF:
-                col.proofs[value["contract"]] = value
-    if report.when == "call" or (report.when == "setup" and not report.passed):
-        outcome = report.outcome if report.when == "call" or report.skipped else "error"
-        if report.skipped:
-            reason = skip_reason(report)
-            col.skips.append({"test": report.nodeid, "reason": reason, "declared": reason.startswith(NA_PREFIX)})
-        t["tests"] += 1
-        col.tests[outcome] += 1
-        t["failed" if outcome == "error" else outcome] += 1
+        _keep_properties(col, report.user_properties)
+        _count_outcome(col, t, report)
     elif report.when == "teardown" and report.failed:
         col.tests["error"] += 1
         t["failed"] += 1
+
+
+def _keep_properties(col: Collector, properties) -> None:
+    """A test's observations, end-to-end rows, run metadata, notes and shim proofs, into the collector."""
+    for name, value in properties:
+        if name == OBS:
+            col.observations[value["contract"]] = value
+        elif name == E2E:
+            col.e2e.append(value)
+        elif name == META:
+            col.meta = value
+        elif name == NOTE and value not in col.notes:
+            col.notes.append(value)
+        elif name == PROOF:
+            col.proofs[value["contract"]] = value
+
+
+def _count_outcome(col: Collector, t: dict, report) -> None:
+    """One test's outcome (a setup that did not pass is an error), and why it was skipped."""
+    outcome = report.outcome if report.when == "call" or report.skipped else "error"
+    if report.skipped:
+        reason = skip_reason(report)
+        col.skips.append({"test": report.nodeid, "reason": reason, "declared": reason.startswith(NA_PREFIX)})
+    t["tests"] += 1
+    col.tests[outcome] += 1
+    t["failed" if outcome == "error" else outcome] += 1
 
 
 def skip_reason(report) -> str:
@@ -146,8 +155,19 @@ def selection(config, col: Collector) -> dict:
     files = sorted({n.split("::")[0] for n in col.collected})
     kind = "gpu" if files and all(f.startswith("suites/gpu/") for f in files) else "cpu"
     full = (col.suite_files or suite_files())[kind]
+    ran = sum(col.tests[k] for k in ("passed", "failed", "skipped", "error"))
+    stopped = (
+        f"stopped after {ran} of {len(col.collected)} selected tests"
+        if ran < len(col.collected) and not col.interrupted
+        else None
+    )
+    subset = _subset(config, col, kind, [f for f in full if f not in files])
+    return {"kind": kind, "files": files, "tests": len(col.collected), "subset": subset, "stopped_early": stopped}
+
+
+def _subset(config, col: Collector, kind: str, left_out: list[str]) -> list[str]:
+    """Each way the run was narrowed: files left out, -k, -m (beyond the GPU suite's own), deselection, picks."""
     subset = []
-    left_out = [f for f in full if f not in files]
     if left_out:
         subset.append("not run: " + ", ".join(left_out))
     if config.option.keyword:
@@ -159,13 +179,7 @@ def selection(config, col: Collector) -> dict:
     picked = [a for a in config.args if "::" in a]
     if picked:
         subset.append("single tests picked: " + ", ".join(a.split("/")[-1] for a in picked[:5]))
-    ran = sum(col.tests[k] for k in ("passed", "failed", "skipped", "error"))
-    stopped = (
-        f"stopped after {ran} of {len(col.collected)} selected tests"
-        if ran < len(col.collected) and not col.interrupted
-        else None
-    )
-    return {"kind": kind, "files": files, "tests": len(col.collected), "subset": subset, "stopped_early": stopped}
+    return subset
 
 
 def attach_proofs(rows: list[dict], proofs: dict[str, dict]) -> None:
@@ -203,6 +217,32 @@ def write_report(rep: dict, directory: Path) -> tuple[Path, Path]:
     return write(rep, directory)
 
 
+def _snapshot_versions(col: Collector) -> None:
+    from harness.installed import versions
+
+    try:
+        col.meta = versions.snapshot()
+    except Exception as e:  # noqa: BLE001 - the report must still be written
+        col.notes.append(f"versions unknown: {e}")
+
+
+def _stale_expectations(col: Collector) -> tuple[list[str], str | None]:
+    """The expectations file for the observed vLLM and build, and its rows no contract defines (stale)."""
+    from harness import contracts
+    from harness.reporting import expectations as exp
+
+    defined = set(contracts.keys()) | set(contracts.e2e_keys()) | set(contracts.native_keys())
+    defined |= set(contracts.keys(contracts.model_types()))  # the GPU tier's rows (by model type): never stale
+    if not col.meta:
+        return [], None
+    try:
+        path, table = exp.load(col.meta["vllm"], col.meta["device_type"])
+    except exp.NoExpectations as e:
+        col.notes.append(str(e))
+        return [], None
+    return exp.stale(table, defined), path.name
+
+
 @pytest.hookimpl(trylast=True)  # after pytest's own teardown of session fixtures (generators closed)
 def pytest_sessionfinish(session, exitstatus):
     from harness.runtime import zmq_contexts
@@ -216,25 +256,11 @@ def pytest_sessionfinish(session, exitstatus):
     if config.getoption("--harness-no-report") or not (ran or (col.interrupted and col.collected)):
         return
     if not col.meta:  # nothing observed (e.g. no generator started): still say which vLLM failed
-        from harness.installed import versions
-
-        try:
-            col.meta = versions.snapshot()
-        except Exception as e:  # noqa: BLE001 - the report must still be written
-            col.notes.append(f"versions unknown: {e}")
+        _snapshot_versions(col)
     from harness import contracts
-    from harness.reporting import expectations as exp
     from harness.reporting.report import build
 
-    defined = set(contracts.keys()) | set(contracts.e2e_keys()) | set(contracts.native_keys())
-    defined |= set(contracts.keys(contracts.model_types()))  # the GPU tier's rows (by model type): never stale
-    stale, exp_file = [], None
-    if col.meta:
-        try:
-            path, table = exp.load(col.meta["vllm"], col.meta["device_type"])
-            exp_file, stale = path.name, exp.stale(table, defined)
-        except exp.NoExpectations as e:
-            col.notes.append(str(e))
+    stale, exp_file = _stale_expectations(col)
     tiers = {k: v for k, v in col.tiers.items() if v["tests"]}
     col.tests["wall_s"] = round(time.time() - col.started, 1)
     not_observed = sorted(set(contracts.keys()) - set(col.observations)) if "contracts" in tiers else []

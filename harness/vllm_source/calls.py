@@ -6,6 +6,7 @@ Shared by the generic comparison (static.py) and the targeted checks (checks.py)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.vllm_source.facts import Fact
 from harness.vllm_source.tree import Tree
@@ -18,7 +19,7 @@ class Ref:
 
     head: str  # the import it starts from, "vllm.v1.core.sched.scheduler:Scheduler"
     chain: str  # the rest, as speculators wrote it: "().schedule().total_num_scheduled_tokens"
-    obj: object | None  # the griffe object reached (None: not followed to the end)
+    obj: Any  # the griffe object reached (None: not followed to the end)
     instance: bool = False  # obj is a class, and the value an instance of it
     bound: bool = False  # obj is a method reached through an instance (its self is not passed)
     steps: list = field(default_factory=list)  # (chain so far, owner, member, found object) per member read

@@ -57,7 +57,7 @@ def steps(root: Path) -> tuple[list[Step], str | None]:
     tree = _parse(str(f))
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == CLASS), None)
     fn = next((n for n in (cls.body if cls else ()) if isinstance(n, ast.FunctionDef) and n.name == METHOD), None)
-    if fn is None:
+    if cls is None or fn is None:
         return [], None
     imported = {k: v for k, v in imports_of(tree, MODULE).items() if v.startswith("vllm.")}
     methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
@@ -85,19 +85,20 @@ def steps(root: Path) -> tuple[list[Step], str | None]:
         if isinstance(node, ast.Call):
             func = node.func
             when = " and ".join(conditions) or None
-            receiver = ast.unparse(func.value) if isinstance(func, ast.Attribute) else None
-            if receiver in EXECUTOR_NAMES + ("self",) and func.attr == "collective_rpc" and by_name(node):
-                found.append(Step(by_name(node), node.lineno, when, True))
-            elif receiver in EXECUTOR_NAMES:
-                found.append(Step(func.attr, node.lineno, when, True))
-            elif receiver == "self" and func.attr in methods and func.attr not in entered:
-                entered.add(func.attr)  # an EngineCore helper: its steps are the set-up's, under this call's conditions
-                for stmt in methods[func.attr].body:
+            receiver, attr = (ast.unparse(func.value), func.attr) if isinstance(func, ast.Attribute) else (None, None)
+            name = by_name(node)
+            if receiver in EXECUTOR_NAMES + ("self",) and attr == "collective_rpc" and name:
+                found.append(Step(name, node.lineno, when, True))
+            elif receiver in EXECUTOR_NAMES and attr:
+                found.append(Step(attr, node.lineno, when, True))
+            elif receiver == "self" and attr is not None and attr in methods and attr not in entered:
+                entered.add(attr)  # an EngineCore helper: its steps are the set-up's, under this call's conditions
+                for stmt in methods[attr].body:
                     visit(stmt, conditions)
             elif isinstance(func, ast.Name) and func.id in imported:
                 found.append(Step(func.id, node.lineno, when, False))
-        for child in ast.iter_child_nodes(node):
-            visit(child, conditions)
+        for sub in ast.iter_child_nodes(node):
+            visit(sub, conditions)
 
     for stmt in fn.body:
         visit(stmt, ())

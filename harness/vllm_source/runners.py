@@ -126,8 +126,8 @@ def built_runners(root: Path, worker_module: str) -> list[Built]:
             target = names.get(node.func.id)
             if target and target.startswith("vllm."):
                 found.append(Built(target, node.lineno, not opt_in))
-        for child in ast.iter_child_nodes(node):
-            visit(child, opt_in)
+        for sub in ast.iter_child_nodes(node):
+            visit(sub, opt_in)
 
     visit(tree, False)
     return found
@@ -146,40 +146,52 @@ def runner(root: Path, path: str, _depth: int = 0) -> Runner:
         return Runner(path, None)
     rel = str(f.relative_to(root))
     out = Runner(path, rel, node.lineno, files=[rel])
-    names = imports_of(tree, module)
     if _depth < 6:
-        for base in node.bases:
-            dotted = ast.unparse(base)
-            target = names.get(dotted.split(".")[0])
-            target = (target + dotted[len(dotted.split(".")[0]) :]) if target else f"{module}.{dotted}"
-            if target.startswith("vllm."):
-                parent = runner(root, target, _depth + 1)
-                out.attributes.update(parent.attributes)
-                out.files += [x for x in parent.files if x not in out.files]
-                out.sorts_steps = out.sorts_steps or parent.sorts_steps
-    own: dict[str, str] = {}
+        _inherit(root, out, node, imports_of(tree, module), module, _depth)
     methods = {n.name: n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    for n in methods.values():
-        own.setdefault(n.name, f"{rel}:{n.lineno}")  # methods and properties are attributes too
-    for m in _construction(methods):
+    own = {n.name: f"{rel}:{n.lineno}" for n in methods.values()}  # methods and properties are attributes too
+    for e in _self_assignments(_construction(methods)):
+        own.setdefault(e.attr, f"{rel}:{e.lineno}")
+    out.attributes.update(own)  # the class's own place wins over a base's
+    sort = next((n for n in ast.walk(tree) if isinstance(n, ast.Call) and _sorts_by_order(n)), None)
+    if sort is not None:
+        out.sorts_steps = f"{rel}:{sort.lineno}"
+    return out
+
+
+def _inherit(root: Path, out: Runner, node: ast.ClassDef, names: dict, module: str, depth: int) -> None:
+    """Attributes, files and a step sort from the class's bases in vLLM (read the same way, recursively)."""
+    for base in node.bases:
+        dotted = ast.unparse(base)
+        target = names.get(dotted.split(".")[0])
+        target = (target + dotted[len(dotted.split(".")[0]) :]) if target else f"{module}.{dotted}"
+        if target.startswith("vllm."):
+            parent = runner(root, target, depth + 1)
+            out.attributes.update(parent.attributes)
+            out.files += [x for x in parent.files if x not in out.files]
+            out.sorts_steps = out.sorts_steps or parent.sorts_steps
+
+
+def _self_assignments(methods: list):
+    """Each `self.<attr>` assigned in `methods` (tuple and list targets unpacked)."""
+    for m in methods:
         for n in ast.walk(m):
             targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
             for t in targets:
                 for e in t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]:
                     if isinstance(e, ast.Attribute) and getattr(e.value, "id", None) == "self":
-                        own.setdefault(e.attr, f"{rel}:{e.lineno}")
-    out.attributes.update(own)  # the class's own place wins over a base's
-    for n in ast.walk(tree):
-        if (
-            isinstance(n, ast.Call)
-            and isinstance(n.func, ast.Name)
-            and n.func.id == "sorted"
-            and n.args
-            and any(s in ast.unparse(n.args[0]) for s in ORDER_NAMES)
-        ):
-            out.sorts_steps = f"{rel}:{n.lineno}"
-            break
-    return out
+                        yield e
+
+
+def _sorts_by_order(n: ast.AST) -> bool:
+    """A `sorted(...)` call over something named like a step's request order (ORDER_NAMES)."""
+    return (
+        isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Name)
+        and n.func.id == "sorted"
+        and bool(n.args)
+        and any(s in ast.unparse(n.args[0]) for s in ORDER_NAMES)
+    )
 
 
 def _construction(methods: dict) -> list:

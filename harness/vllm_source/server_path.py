@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.installed.connectors_surface import fixture_path as connectors_fixture
@@ -75,8 +76,9 @@ class Tree:
         line = _defines(tree, name)
         if line:
             return True, _rel(self.root, path, line)
-        if _module_file(self.root, f"{module}.{name}"):  # `from pkg import submodule`
-            return True, _rel(self.root, _module_file(self.root, f"{module}.{name}"))
+        sub = _module_file(self.root, f"{module}.{name}")
+        if sub:  # `from pkg import submodule`
+            return True, _rel(self.root, sub)
         return False, f"{module} ({_rel(self.root, path)}) does not define {name}"
 
     def klass(self, module: str, name: str):
@@ -100,8 +102,13 @@ class Tree:
 
 # --- what the client's path needs --------------------------------------------------------------------------
 
+#: A check on a tree (and, for some, the other side's tree and whether this side is the candidate): holds, evidence.
+Check = Callable[..., tuple[bool, str]]
+#: (id, what it needs, check)
+Need = tuple[str, str, Check]
 
-def _server_needs() -> list[tuple[str, str, callable]]:
+
+def _server_needs() -> list[Need]:
     return [
         (
             "serve-method",
@@ -136,8 +143,8 @@ def _is_abstract(fn) -> bool:
     )
 
 
-def connector_needs(surface: dict) -> list[tuple[str, str, callable]]:
-    needs = []
+def connector_needs(surface: dict) -> list[Need]:
+    needs: list[Need] = []
     for ref in surface["vllm_imports"]:
         module, name = ref.split(":")
         needs.append(
@@ -195,25 +202,32 @@ def _subclass_holds(
     private = sorted(m for m in ours if m.startswith("_") and not m.startswith("__"))
     overrides = [m for m in private if m in theirs or m in other_methods]
     where = _rel(tree.root, path, cls.lineno)
-    gone = [m for m in overrides if m not in theirs]
-    if gone:
-        return False, f"{name} ({where}) defines no {', '.join(gone)}, which the subclass overrides"
-    changed = [
-        m for m in overrides if candidate and m in other_methods and _params(other_methods[m]) != _params(theirs[m])
-    ]
-    if changed:
-        return False, (
-            f"{name}.{changed[0]} ({where}) takes ({', '.join(_params(theirs[changed[0]]))}) here, "
-            f"({', '.join(_params(other_methods[changed[0]]))}) on the other side"
-        )
-    abstract = sorted(m for m, fn in theirs.items() if _is_abstract(fn) and m not in ours)
-    if abstract:
-        return False, f"{name} ({where}) has abstract {', '.join(abstract)}, which the subclass does not implement"
+    broken = _broken_override(name, where, overrides, theirs, other_methods if candidate else {}, ours)
+    if broken:
+        return False, broken
     sigs = [f"overrides {m}({', '.join(_params(theirs[m]))})" for m in overrides]
     return True, where + (f"; {'; '.join(sigs)}" if sigs else "")
 
 
-def needs_of(version: str) -> list[tuple[str, str, callable]]:
+def _broken_override(name: str, where: str, overrides: list, theirs: dict, other: dict, ours: set) -> str | None:
+    """Why the base no longer fits the subclass: an overridden method gone, its parameters changed against the
+    other side (`other`: empty where that is not asked), or an abstract method the subclass does not implement."""
+    gone = [m for m in overrides if m not in theirs]
+    if gone:
+        return f"{name} ({where}) defines no {', '.join(gone)}, which the subclass overrides"
+    changed = [m for m in overrides if m in other and _params(other[m]) != _params(theirs[m])]
+    if changed:
+        return (
+            f"{name}.{changed[0]} ({where}) takes ({', '.join(_params(theirs[changed[0]]))}) here, "
+            f"({', '.join(_params(other[changed[0]]))}) on the other side"
+        )
+    abstract = sorted(m for m, fn in theirs.items() if _is_abstract(fn) and m not in ours)
+    if abstract:
+        return f"{name} ({where}) has abstract {', '.join(abstract)}, which the subclass does not implement"
+    return None
+
+
+def needs_of(version: str) -> list[Need]:
     connectors = CONNECTORS_OF[version]
     if connectors is None:  # vLLM's own connector writes the files: hs-connectors' loading path is not needed
         return [n for n in _server_needs() if n[0] != "serve-module-path"]

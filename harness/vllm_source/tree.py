@@ -222,6 +222,8 @@ class Tree:
             return None
         kinds = (ast.FunctionDef, ast.AsyncFunctionDef) if obj.is_function else (ast.ClassDef,)
         for n in ast.walk(self.module_ast(obj)):
+            if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
             if isinstance(n, kinds) and n.name == obj.name and obj.lineno <= n.lineno <= (obj.endlineno or n.lineno):
                 return n
         return None

@@ -99,40 +99,47 @@ def decide(
 ) -> Gate:
     gate = Gate(old, new, findings=comparison.findings, carried=comparison.carried, restored=comparison.restored)
     for f in gate.findings + gate.carried:
-        c = coverage.cover(f)
-        f.status, f.shim, f.reason = (
-            ("covered", c.shim, c.reason) if c else ("uncovered", None, coverage.uncovered_reason(f))
-        )
-        if not c and coverage.needs_model_config(f):
-            keys = ", ".join(f.detail.get("not_passed_by_speculators", ()))
-            f.status, f.reason = "needs-model-config", coverage.MODEL_CONFIG_HINT.format(keys=keys)
+        _resolve(f)
     gate.expired = apply(gate.findings, entries, today)
     shimless = {cid for cid, m in by_id().items() if m.CONTRACT.shim is None}
     for cid in [*contract_ids, SURFACE, RUNTIME]:
         gate.contracts[cid] = _status(cid, gate, comparison, dynamic, dynamic_reason, shimless)
-    statuses = {c["status"] for c in gate.contracts.values()}
     gate.not_checked = {
         c: comparison.not_checked.get(c) or [s["note"]]
         for c, s in gate.contracts.items()
         if s["status"] == "not-checked"
     }
     gate.observed_worse = (dynamic or {}).get("worse", [])
-    if gate.observed_worse:
-        gate.verdict = "BROKEN"  # the candidate's own env observed it: no static reading overrides that
-    elif "not-checked" in statuses:
-        gate.verdict = "UNDECIDED"
-    elif "broken" in statuses:
-        gate.verdict = "BROKEN"
-    elif "needs-new-shim" in statuses:
-        gate.verdict = "NEEDS-NEW-SHIM"
-    elif gate.findings:
-        gate.verdict = "NEEDS-SHIM-AND-COVERED"
-    else:
-        gate.verdict = "SAFE"
+    gate.verdict = _verdict(gate)
     _paths(gate, paths, dynamic, [e for e in entries if e.active(today)])
     if gate.unclassified and gate.verdict in ("SAFE", "NEEDS-SHIM-AND-COVERED"):
         gate.verdict = "REVIEW"
     return gate
+
+
+def _resolve(f) -> None:
+    """A finding covered by a shim, uncovered, or undecidable without the model's config."""
+    c = coverage.cover(f)
+    f.status, f.shim, f.reason = (
+        ("covered", c.shim, c.reason) if c else ("uncovered", None, coverage.uncovered_reason(f))
+    )
+    if not c and coverage.needs_model_config(f):
+        keys = ", ".join(f.detail.get("not_passed_by_speculators", ()))
+        f.status, f.reason = "needs-model-config", coverage.MODEL_CONFIG_HINT.format(keys=keys)
+
+
+def _verdict(gate: Gate) -> str:
+    """The verdict before the watched paths are read: the worst contract status decides."""
+    statuses = {c["status"] for c in gate.contracts.values()}
+    if gate.observed_worse:
+        return "BROKEN"  # the candidate's own env observed it: no static reading overrides that
+    if "not-checked" in statuses:
+        return "UNDECIDED"
+    if "broken" in statuses:
+        return "BROKEN"
+    if "needs-new-shim" in statuses:
+        return "NEEDS-NEW-SHIM"
+    return "NEEDS-SHIM-AND-COVERED" if gate.findings else "SAFE"
 
 
 def _paths(gate: Gate, paths: tuple | None, dynamic: dict | None, entries: list[Entry]) -> None:
@@ -148,17 +155,22 @@ def _paths(gate: Gate, paths: tuple | None, dynamic: dict | None, entries: list[
             c.classified_by = f"allow-list {entry.pattern!r} until {entry.expires}: {entry.reason}"
     observed = set((dynamic or {}).get("contracts", {})) - {w["contract"] for w in gate.observed_worse}
     for cid in reached:
-        mine = [c for c in changes if cid in c.contracts]
-        is_open = [c for c in mine if c.kind != "compatible" and not c.classified_by and cid not in observed]
-        gate.unclassified += [c for c in is_open if c not in gate.unclassified]
-        gate.classified += [c for c in mine if c.classified_by and c not in gate.classified]
-        gate.paths[cid] = {
-            "reached": reached[cid],
-            "unclassified": len(is_open),
-            "classified": sum(bool(c.classified_by) for c in mine),
-            "compatible": sum(c.kind == "compatible" for c in mine),
-            "observed": cid in observed and bool(mine),
-        }
+        gate.paths[cid] = _path_of(gate, cid, [c for c in changes if cid in c.contracts], reached[cid], observed)
+
+
+def _path_of(gate: Gate, cid: str, mine: list, reached: dict, observed: set) -> dict:
+    """One contract's watched path: its open changes join the gate's unclassified, its classified ones the
+    classified; the counts."""
+    is_open = [c for c in mine if c.kind != "compatible" and not c.classified_by and cid not in observed]
+    gate.unclassified += [c for c in is_open if c not in gate.unclassified]
+    gate.classified += [c for c in mine if c.classified_by and c not in gate.classified]
+    return {
+        "reached": reached,
+        "unclassified": len(is_open),
+        "classified": sum(bool(c.classified_by) for c in mine),
+        "compatible": sum(c.kind == "compatible" for c in mine),
+        "observed": cid in observed and bool(mine),
+    }
 
 
 def _status(
@@ -167,17 +179,9 @@ def _status(
     mine = [f for f in gate.findings if f.contract == cid]
     shims = sorted({f.shim for f in mine if f.shim})
     if cid in coverage.OUTSIDE:
-        answer = (dynamic or {}).get("contracts", {}).get(cid)
-        gate.outside[cid] = {"reason": coverage.OUTSIDE[cid], "dynamic": answer or dynamic_reason}
-        outside_note = f"not checked statically: {coverage.OUTSIDE[cid]}; dynamic: {answer or dynamic_reason}"
-        if not mine and cid not in comparison.not_checked:
-            checked = comparison.checked.get(cid, 0)
-            return {
-                "status": "outside",
-                "findings": 0,
-                "shims": [],
-                "note": (f"{checked} static fact(s) unchanged; " if checked else "") + outside_note,
-            }
+        outside = _outside(cid, gate, comparison, dynamic, dynamic_reason, bool(mine))
+        if outside is not None:
+            return outside
         # What the sources do show of it (the runner its shims read) changed or could not be read: judged below,
         # as any contract is; the part outside the sources stays listed.
     undecidable = [f for f in mine if f.status == "needs-model-config"]
@@ -201,17 +205,39 @@ def _status(
     if open_:
         status = "broken" if cid in shimless else "needs-new-shim"
         return {"status": status, "findings": len(mine), "shims": shims, "note": open_[0].reason}
+    return {
+        "status": "covered" if mine else "unchanged",
+        "findings": len(mine),
+        "shims": shims,
+        "note": _tally(gate, cid),
+    }
+
+
+def _tally(gate: Gate, cid: str) -> str:
     carried = sum(f.contract == cid for f in gate.carried)
     restored = sum(f.contract == cid for f in gate.restored)
-    note = ", ".join(
-        x
-        for x in (
-            f"{carried} carried from {gate.old}" if carried else "",
-            f"{restored} no longer needed" if restored else "",
-        )
-        if x
+    parts = (
+        f"{carried} carried from {gate.old}" if carried else "",
+        f"{restored} no longer needed" if restored else "",
     )
-    return {"status": "covered" if mine else "unchanged", "findings": len(mine), "shims": shims, "note": note}
+    return ", ".join(x for x in parts if x)
+
+
+def _outside(cid: str, gate: Gate, comparison: Comparison, dynamic: dict | None, dynamic_reason: str, found: bool):
+    """A contract the sources cannot fully show (coverage.OUTSIDE): listed with what --dynamic said of it; its
+    status "outside" where nothing the sources do show of it changed or went unread (None: judged as any other)."""
+    answer = (dynamic or {}).get("contracts", {}).get(cid)
+    gate.outside[cid] = {"reason": coverage.OUTSIDE[cid], "dynamic": answer or dynamic_reason}
+    if found or cid in comparison.not_checked:
+        return None
+    checked = comparison.checked.get(cid, 0)
+    note = f"not checked statically: {coverage.OUTSIDE[cid]}; dynamic: {answer or dynamic_reason}"
+    return {
+        "status": "outside",
+        "findings": 0,
+        "shims": [],
+        "note": (f"{checked} static fact(s) unchanged; " if checked else "") + note,
+    }
 
 
 def undecided(old: str, new: str, error: str, meta: dict | None = None) -> Gate:
@@ -267,6 +293,16 @@ def markdown(gate: Gate) -> str:
         f"{t.get('static', 0):.1f} s.",
         "",
     ]
+    lines += _warnings(gate) + _findings_table(gate) + _unclassified_section(gate)
+    if gate.shims:
+        lines += ["**Shims the new version needs for these changes:** " + ", ".join(f"`{s}`" for s in gate.shims), ""]
+    lines += _contracts_table(gate) + _open_and_carried(gate)
+    return "\n".join(lines)
+
+
+def _warnings(gate: Gate) -> list[str]:
+    """Contracts the candidate's own env observed worse than expected; allow-list entries that expired."""
+    lines = []
     for w in gate.observed_worse:
         lines.append(
             f"> **Observed worse than expected** in the candidate's env ({w['report']}): `{w['contract']}` "
@@ -282,69 +318,84 @@ def markdown(gate: Gate) -> str:
         )
     if gate.expired:
         lines.append("")
-    if gate.findings:
-        lines += [
-            "| contract | change | symbol | old → new | evidence (new source) | resolution |",
-            "|---|---|---|---|---|---|",
-        ]
-        for f in gate.findings:
-            open_label = (
-                "**BROKEN**" if gate.contracts.get(f.contract, {}).get("status") == "broken" else "**NEEDS-NEW-SHIM**"
-            )
-            how = {"covered": f"covered by `{f.shim}`", "accepted": "accepted (allow-list)"}.get(f.status, open_label)
-            lines.append(
-                f"| {f.contract} | {f.kind} | `{_cell(f.symbol)}` | {_cell(f.old)} → {_cell(f.new)} | "
-                f"`{_cell(f.evidence)}` | {how}: {_cell(f.reason)} |"
-            )
-        lines.append("")
-    elif not gate.unclassified:
-        lines += [
+    return lines
+
+
+def _findings_table(gate: Gate) -> list[str]:
+    if not gate.findings:
+        if gate.unclassified:
+            return []
+        return [
             "No change in anything speculators relies on"
             + (" (watched paths read: no unclassified change)." if gate.paths else "."),
             "",
         ]
-    if gate.unclassified:
-        lines += [
-            f"**{len(gate.unclassified)} change(s) on a watched path no check classifies** (REVIEW: read each "
-            "diff and say whether the contract still holds, or run the candidate with `--dynamic`):",
-            "",
-            "| contract | platform | function | change | evidence | reached from |",
-            "|---|---|---|---|---|---|",
-        ]
-        for c in gate.unclassified:
-            lines.append(
-                f"| {c.contract} | {c.platform} | `{_cell(c.key)}` | {c.kind} | `{c.evidence}` | `{_cell(c.via)}` |"
-            )
-        lines += ["", "<details><summary>diffs</summary>", ""]
-        for c in gate.unclassified:
-            if c.diff:
-                lines += [f"`{c.key}` (`{c.evidence}`):", "```diff", c.diff, "```", ""]
-        lines += ["</details>", ""]
-    if gate.shims:
-        lines += ["**Shims the new version needs for these changes:** " + ", ".join(f"`{s}`" for s in gate.shims), ""]
-    lines += ["| contract | status | findings | watched path | note |", "|---|---|---|---|---|"]
-    for cid, c in gate.contracts.items():
-        p = gate.paths.get(cid)
-        path = (
-            ""
-            if p is None
-            else (
-                ", ".join(f"{k} {v}" for k, v in p["reached"].items())
-                + " functions; "
-                + (
-                    f"{p['unclassified']} changed-unclassified"
-                    if p["unclassified"]
-                    else "unchanged"
-                    if not (p["classified"] or p["compatible"])
-                    else ""
-                )
-                + (f", {p['classified']} classified" if p["classified"] else "")
-                + (f", {p['compatible']} compatible" if p["compatible"] else "")
-                + (", observed by --dynamic" if p["observed"] else "")
-            )
+    lines = [
+        "| contract | change | symbol | old → new | evidence (new source) | resolution |",
+        "|---|---|---|---|---|---|",
+    ]
+    for f in gate.findings:
+        open_label = (
+            "**BROKEN**" if gate.contracts.get(f.contract, {}).get("status") == "broken" else "**NEEDS-NEW-SHIM**"
         )
+        how = {"covered": f"covered by `{f.shim}`", "accepted": "accepted (allow-list)"}.get(f.status, open_label)
+        lines.append(
+            f"| {f.contract} | {f.kind} | `{_cell(f.symbol)}` | {_cell(f.old)} → {_cell(f.new)} | "
+            f"`{_cell(f.evidence)}` | {how}: {_cell(f.reason)} |"
+        )
+    return lines + [""]
+
+
+def _unclassified_section(gate: Gate) -> list[str]:
+    if not gate.unclassified:
+        return []
+    lines = [
+        f"**{len(gate.unclassified)} change(s) on a watched path no check classifies** (REVIEW: read each "
+        "diff and say whether the contract still holds, or run the candidate with `--dynamic`):",
+        "",
+        "| contract | platform | function | change | evidence | reached from |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in gate.unclassified:
+        lines.append(
+            f"| {c.contract} | {c.platform} | `{_cell(c.key)}` | {c.kind} | `{c.evidence}` | `{_cell(c.via)}` |"
+        )
+    lines += ["", "<details><summary>diffs</summary>", ""]
+    for c in gate.unclassified:
+        if c.diff:
+            lines += [f"`{c.key}` (`{c.evidence}`):", "```diff", c.diff, "```", ""]
+    return lines + ["</details>", ""]
+
+
+def _path_cell(p: dict | None) -> str:
+    """A contract's watched path in one cell: functions reached per platform and what changed on them."""
+    if p is None:
+        return ""
+    if p["unclassified"]:
+        state = f"{p['unclassified']} changed-unclassified"
+    else:
+        state = "unchanged" if not (p["classified"] or p["compatible"]) else ""
+    return (
+        ", ".join(f"{k} {v}" for k, v in p["reached"].items())
+        + " functions; "
+        + state
+        + (f", {p['classified']} classified" if p["classified"] else "")
+        + (f", {p['compatible']} compatible" if p["compatible"] else "")
+        + (", observed by --dynamic" if p["observed"] else "")
+    )
+
+
+def _contracts_table(gate: Gate) -> list[str]:
+    lines = ["| contract | status | findings | watched path | note |", "|---|---|---|---|---|"]
+    for cid, c in gate.contracts.items():
+        path = _path_cell(gate.paths.get(cid))
         lines.append(f"| {cid} | {c['status']} | {c['findings']} | {path} | {_cell(c['note'])} |")
-    lines.append("")
+    return lines + [""]
+
+
+def _open_and_carried(gate: Gate) -> list[str]:
+    """What is not checked, what the new version no longer needs, and deviations carried from the old one."""
+    lines = []
     if gate.not_checked:
         lines += ["**Not checked** (the gate cannot decide while these are open):", ""]
         lines += [f"- {c}: {_cell('; '.join(r))}" for c, r in gate.not_checked.items()] + [""]
@@ -364,4 +415,4 @@ def markdown(gate: Gate) -> str:
             "</details>",
             "",
         ]
-    return "\n".join(lines)
+    return lines

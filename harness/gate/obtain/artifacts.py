@@ -222,6 +222,7 @@ def _sha256(path: Path) -> str:
 
 
 def _cache_name(artifact: Artifact, version: str) -> str:
+    assert artifact.sha256, "every caller passes the file's own digest, computed as it was read"
     return f"{PROJECT}-{version}-{artifact.sha256[:12]}"
 
 
@@ -279,7 +280,7 @@ def _pick_from_index(url: str) -> tuple[Artifact, str | None]:
             continue
         mine = [f for f in files if sources.file_version(f) is not None and _is_vllm(f.filename)]
         if mine:
-            newest = max(sources.file_version(f) for f in mine)
+            newest = max(v for f in mine if (v := sources.file_version(f)) is not None)
             candidates = [f for f in mine if sources.file_version(f) == newest]
             wheels = [f for f in candidates if f.kind == "wheel"]
             pick = min(wheels or candidates, key=lambda f: (0 if "x86_64" in f.filename else 1, f.filename))

@@ -128,7 +128,9 @@ def pins(path: str | Path) -> dict[str, str | None]:
 
 def read(path: str | Path) -> str:
     """The vLLM release `path` pins (normalized by packaging), or NoPin."""
-    return pins(path)["vllm"]
+    pinned = pins(path)["vllm"]
+    assert pinned is not None, "pins() raises NoPin where vllm is not pinned"
+    return pinned
 
 
 def newest() -> str:

@@ -38,8 +38,8 @@ class ClientUnknown(ValueError):
 class Need:
     id: str
     what: str
-    old: tuple[bool, str] | None = None
-    new: tuple[bool, str] | None = None
+    old: tuple[bool, str] | None  # None: no --from side was read
+    new: tuple[bool, str]
 
     def to_json(self) -> dict:
         return {"id": self.id, "what": self.what, "from": _side(self.old), "to": _side(self.new), "status": self.status}

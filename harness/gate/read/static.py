@@ -135,7 +135,9 @@ def surface_facts(tree: Tree, used: UsedSurface) -> tuple[list[Fact], Follower]:
     for module, reads in used.attributes.items():
         for read in reads:
             ref = follower.follow(module, read)
-            for chain, owner, member, found in ref.steps if ref else []:
+            if ref is None:
+                continue
+            for chain, owner, member, found in ref.steps:
                 contract = coverage.owner(ref.head, chain)
                 symbol = ref.head + chain
                 if found is not None:
@@ -204,7 +206,7 @@ def compare(old: list[Fact], new: list[Fact]) -> Comparison:
     for n in new:
         o = before.get(n.key)
         if n.holds is None or (o is not None and o.holds is None):
-            why = n if n.holds is None else o
+            why = n if n.holds is None or o is None else o
             out.not_checked.setdefault(n.contract, []).append(f"{why.symbol}: {why.value}")
             continue
         out.checked[n.contract] = out.checked.get(n.contract, 0) + 1

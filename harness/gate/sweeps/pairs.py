@@ -30,8 +30,9 @@ def releases(first: str, last: str) -> list[str]:
     found = set()
     for a in sources.list_files():
         v = sources.file_version(a)
-        final = v is not None and not (v.is_prerelease or v.is_devrelease or v.is_postrelease or v.local)
-        if final and Version(first) <= v <= Version(last):
+        if v is None or v.is_prerelease or v.is_devrelease or v.is_postrelease or v.local:
+            continue
+        if Version(first) <= v <= Version(last):
             found.add(v)
     return [str(v) for v in sorted(found)]
 

@@ -68,8 +68,8 @@ def _calls(fn_node) -> list[ast.Call]:
             return
         if isinstance(node, ast.Call):
             found.append(node)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
+        for sub in ast.iter_child_nodes(node):
+            visit(sub)
 
     for stmt in fn_node.body:
         visit(stmt)
@@ -90,10 +90,10 @@ def reachable(index: Index, platform: Platform, entries, enter: frozenset[str]) 
     seen: dict[str, tuple[Fn, str, bool]] = {}
     todo: list[tuple[Fn, str | None, str]] = []  # (function, concrete class of self, via)
     for role, name in entries:
-        for concrete in platform.roles.get(role, []):
-            fn = index.method(concrete, name)
+        for cls_name in platform.roles.get(role, []):
+            fn = index.method(cls_name, name)
             if fn is not None:
-                todo.append((fn, concrete, f"{role} {concrete.rsplit('.', 1)[1]}.{name}"))
+                todo.append((fn, cls_name, f"{role} {cls_name.rsplit('.', 1)[1]}.{name}"))
     modules = {c.rsplit(".", 1)[0] for role in enter for c in platform.roles.get(role, [])}
     visited: set[tuple[str, str | None]] = set()
     while todo:

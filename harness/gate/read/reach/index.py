@@ -9,6 +9,7 @@ import hashlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from harness.gate.read.reach.scope import PACKAGES
 from harness.vllm_source.tree import module_of
@@ -23,7 +24,7 @@ class Fn:
     text: str  # the source without docstrings, as the AST prints it
     signature: tuple  # (name, has default) per parameter, *args and **kwargs marked
     body: str  # digest of the body without docstrings
-    node: ast.AST = field(repr=False, compare=False, default=None)
+    node: Any = field(repr=False, compare=False, default=None)  # its def node
 
 
 @dataclass
@@ -36,15 +37,11 @@ class ClassInfo:
 
 def _strip_docstrings(node: ast.AST) -> ast.AST:
     for n in ast.walk(node):
-        body = getattr(n, "body", None)
-        if (
-            isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module))
-            and body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(getattr(body[0], "value", None), ast.Constant)
-            and isinstance(body[0].value.value, str)
-        ):
-            n.body = body[1:] or [ast.Pass()]
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)) or not n.body:
+            continue
+        first = n.body[0]
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            n.body = n.body[1:] or [ast.Pass()]
     return node
 
 
@@ -63,7 +60,7 @@ def _signature(fn) -> tuple:
 def _fn(module: str, qual: str, node, rel: str) -> Fn:
     import copy
 
-    clean = _strip_docstrings(copy.deepcopy(node))
+    clean: Any = _strip_docstrings(copy.deepcopy(node))
     parts = [ast.dump(d) for d in clean.decorator_list] + [ast.dump(s) for s in clean.body]
     if getattr(clean, "returns", None) is not None:
         parts.append(ast.dump(clean.returns))

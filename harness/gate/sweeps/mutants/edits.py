@@ -15,14 +15,10 @@ def indent_of(lines: list[str], lineno: int) -> str:
 def _first_body_line(fn) -> int:
     """Where a statement can go first in `fn` (after its docstring)."""
     body = fn.body
-    if (
-        body
-        and isinstance(body[0], ast.Expr)
-        and isinstance(getattr(body[0], "value", None), ast.Constant)
-        and isinstance(body[0].value.value, str)
-    ):
-        return body[1].lineno if len(body) > 1 else body[0].end_lineno + 1
-    return body[0].lineno
+    first = body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return body[1].lineno if len(body) > 1 else (first.end_lineno or first.lineno) + 1
+    return first.lineno
 
 
 def insert_at_top(text: str, fn, statement: str) -> str:
@@ -36,7 +32,7 @@ def insert_at_top(text: str, fn, statement: str) -> str:
 def add_method(text: str, cls: ast.ClassDef, source: str) -> str:
     lines = text.splitlines(keepends=True)
     indent = indent_of(lines, cls.body[0].lineno)
-    lines.insert(cls.end_lineno, "\n" + textwrap.indent(source.rstrip() + "\n", indent))
+    lines.insert(cls.end_lineno or cls.lineno, "\n" + textwrap.indent(source.rstrip() + "\n", indent))
     return "".join(lines)
 
 

@@ -10,6 +10,7 @@ import ast
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.gate.sweeps.mutants.edits import add_method, indent_of, insert_at_top, parses, replace_node, replace_span
 
@@ -159,7 +160,7 @@ def new_steps(c: Candidates, setup: list[Site], worker: list[Site]) -> None:
                 where,
                 lambda t=t, fn=fn, call=call: insert_at_top(t, fn, f'{call}.collective_rpc("{STEP}")'),
             )
-        helper = f"def _mutant_helper(self):\n    {_step_in(s.cls)}\n"
+        helper = f"def _mutant_helper(self):\n    {_step_in(s.cls or '')}\n"  # every site here has a class
 
         def helped(t=t, cls=cls, s=s, helper=helper):
             with_helper = add_method(t, cls, helper)
@@ -262,11 +263,7 @@ def moved_sorts(c: Candidates, request: list[Site]) -> None:
 def _reworded_docstring(t: str, fn):
     """The text with `fn`'s docstring reworded, or with one added where it has none (a builder)."""
     first = fn.body[0]
-    if (
-        isinstance(first, ast.Expr)
-        and isinstance(getattr(first, "value", None), ast.Constant)
-        and isinstance(first.value.value, str)
-    ):
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
         lines = t.splitlines(keepends=True)
         indent = indent_of(lines, first.lineno)
         lines[first.lineno - 1 : first.end_lineno] = [f'{indent}"""Reworded by the mutation suite: same code."""\n']
@@ -292,7 +289,7 @@ def neutral_edits(c: Candidates, watched: list[Site]) -> None:
         )
 
         def optional(t=t, fn=fn):
-            node = ast.parse(ast.unparse(fn)).body[0]
+            node: Any = ast.parse(ast.unparse(fn)).body[0]  # the function again: a def
             node.args.kwonlyargs.append(ast.arg("mutant_optional"))
             node.args.kw_defaults.append(ast.Constant(None))
             return replace_node(t, fn, ast.unparse(node))
