@@ -217,6 +217,13 @@ class Entry:
     args: int | None
     why: str
 
+    def fact(self, kind: str, value: str, holds: bool, evidence: str) -> Fact:
+        """A fact that is a `changed-unclassified`-kind finding where it does not hold, with the reason."""
+        detail = {"why": self.why}
+        return Fact(
+            self.contract, self.symbol, kind, value, holds, KIND, evidence=evidence, site=self.site, detail=detail
+        )
+
 
 def _import_fact(tree, root: Path, e: Entry) -> Fact:
     """`module` or `module:attr` the shim imports: importable, pending (the tree is not fully read), or gone."""
@@ -230,9 +237,7 @@ def _import_fact(tree, root: Path, e: Entry) -> Fact:
         return Fact(e.contract, e.symbol, "shim-import", "pending", None, site=e.site)
     gone = "module gone" if where is None else f"{attr} not in {module}"
     evidence = f"{module.replace('.', '/')}.py" + ("" if where else " (no such module)")
-    return Fact(
-        e.contract, e.symbol, "shim-import", gone, False, KIND, evidence=evidence, site=e.site, detail={"why": e.why}
-    )
+    return e.fact("shim-import", gone, False, evidence)
 
 
 def _module_fact(tree, root: Path, e: Entry) -> Fact:
@@ -244,17 +249,7 @@ def _module_fact(tree, root: Path, e: Entry) -> Fact:
         if present
         else f"{options[0].replace('.', '/')}.py (no such module)"
     )
-    return Fact(
-        e.contract,
-        e.symbol,
-        "shim-module",
-        f"{present[0]} present" if present else "all gone",
-        bool(present),
-        KIND,
-        evidence=evidence,
-        site=e.site,
-        detail={"why": e.why},
-    )
+    return e.fact("shim-module", f"{present[0]} present" if present else "all gone", bool(present), evidence)
 
 
 def _rpc_fact(tree, root: Path, e: Entry, worker_classes: list) -> Fact:
@@ -293,17 +288,7 @@ def _rpc_fact(tree, root: Path, e: Entry, worker_classes: list) -> Fact:
         )
     status = "defined" if not absent else f"absent from {', '.join(runners.describe(c) for c in absent)}"
     evidence = having[0].attributes[e.name] if having else f"{absent[0].file}:{absent[0].line}"
-    return Fact(
-        e.contract,
-        e.symbol,
-        "shim-rpc",
-        status,
-        not absent,
-        KIND,
-        evidence=evidence,
-        site=e.site,
-        detail={"why": e.why},
-    )
+    return e.fact("shim-rpc", status, not absent, evidence)
 
 
 def _runner_fact(e: Entry, built: list) -> Fact:
@@ -317,14 +302,4 @@ def _runner_fact(e: Entry, built: list) -> Fact:
         else f"absent from {', '.join(runners.describe(r) for r in absent)}"
     )
     evidence = f"{absent[0].file}:{absent[0].line}" if absent else built[0].attributes[e.name]
-    return Fact(
-        e.contract,
-        e.symbol,
-        "shim-runner",
-        status,
-        not absent,
-        KIND,
-        evidence=evidence,
-        site=e.site,
-        detail={"why": e.why},
-    )
+    return e.fact("shim-runner", status, not absent, evidence)
