@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.gpu import flops as model_flops  # noqa: E402 - after the path set-up
+from harness.gpu import kimi_int4  # noqa: E402
 
 KIMI_LAYERS = 8
 KIMI_EXPERTS = 32
@@ -60,26 +61,12 @@ LLAMA_8B = {
     "max_position_embeddings": 8192,
     "rope_theta": 500000.0,
 }
-KIMI_TEXT = {
-    "vocab_size": 163840,
-    "hidden_size": 7168,
-    "intermediate_size": 18432,
-    "moe_intermediate_size": 2048,
+#: Kimi-K2.5's language model at its real width (harness.gpu.kimi_int4.TEXT, the released config's numbers), cut to
+#: KIMI_LAYERS and KIMI_EXPERTS; the routing and scaling keys stay tiny-kimi-k25's.
+ROUTING_KEYS = ("moe_layer_freq", "topk_method", "scoring_func", "norm_topk_prob", "routed_scaling_factor")
+KIMI_TEXT = {k: v for k, v in kimi_int4.TEXT.items() if k not in ROUTING_KEYS} | {
     "num_hidden_layers": KIMI_LAYERS,
-    "first_k_dense_replace": 1,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 64,
-    "q_lora_rank": 1536,
-    "kv_lora_rank": 512,
-    "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64,
-    "v_head_dim": 128,
     "n_routed_experts": KIMI_EXPERTS,
-    "n_shared_experts": 1,
-    "num_experts_per_tok": 8,
-    "n_group": 1,
-    "topk_group": 1,
-    "torch_dtype": "bfloat16",
 }
 
 
