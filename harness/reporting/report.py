@@ -239,7 +239,9 @@ def _contract_table(contracts: list[dict]) -> list[str]:
 
 def _status_lists(rep: dict) -> list[str]:
     """What made the run incomplete, and the contracts its expectations did not match."""
-    lines = ["", "**Incomplete:**"] + [f"- {g['what']}" for g in rep["incomplete"]] if rep.get("incomplete") else []
+    lines: list[str] = []
+    if rep.get("incomplete"):
+        lines += ["", "**Incomplete:**"] + [f"- {g['what']}" for g in rep["incomplete"]]
     for label, key in (
         ("Stale expectations", "stale_expectations"),
         ("Not observed", "not_observed"),
