@@ -1,6 +1,7 @@
 """Extraction against plain vLLM prefill at several batch shapes on one pair of engines, with a trace per shape.
 
     python benchmarks/gpu_batch_shapes.py --out r.json [--shape llama1b4] [--pairs 5] [--trace] [--device-output]
+        [--waited]
         [--batches 16x2048,24x100-3000,8x4095,48x700,32x256] [--max-model-len 4096]
 
 A ratio measured at one batch shape says little about the next: the fast path was 1.19x plain prefill at 32 x 256
@@ -11,6 +12,8 @@ warm-up (`harness.scenarios.bench.paired`):
 
 * `loop`: speculators' own loop, states handed to the host (as shipped);
 * `fast`: the harness's fast path (`generate(..., fast=True)`), states on the host;
+* `fast-waited` (with `--waited`): the fast path waiting for each step's follow-up call (C-twophase's
+  `sample_tokens`) before sending the next step, as it did before `ExecutorView.steps_in_flight`;
 * `fast-device` (with `--device-output`): the fast path with the states left on the GPU (`Options.states_on =
   "device"`, transport mode "device": a consumer that trains on the same GPU needs no host copy).
 
@@ -36,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DEFAULT_BATCHES = "16x2048,24x100-3000,8x4095,48x700,32x256"
-ROUNDS = ("loop", "fast", "fast-device")
+ROUNDS = ("loop", "fast", "fast-waited", "fast-device")
 
 
 def parse_batch(text: str) -> tuple[int, int, int]:
@@ -82,7 +85,9 @@ class Rounds:
 
     def set(self, name: str) -> None:
         mode = "device" if name == "fast-device" else "stream"
-        self.gen.executor_view.collective_rpc("_harness_set_transport", args=(mode,))
+        view = self.gen.executor_view
+        view.collective_rpc("_harness_set_transport", args=(mode,))
+        view.follow_ups_behind = name != "fast-waited"
         self.fast = name != "loop"
 
     def call(self) -> list[dict]:
@@ -111,7 +116,7 @@ def measure_batch(gen, llm, model, fm, batch: tuple[int, int, int], args, seed: 
     }
     plain = bench.prefill_call(llm, prompts)
     rounds = Rounds(gen, prompts)
-    names = [r for r in ROUNDS if r != "fast-device" or args.device_output]
+    names = [r for r in ROUNDS if (r != "fast-device" or args.device_output) and (r != "fast-waited" or args.waited)]
     for name in names:
         rounds.set(name)
         r = bench.paired(plain, rounds.call, pairs=args.pairs)
@@ -223,6 +228,9 @@ def main() -> int:
         "--trace", action="store_true", help="one traced call of plain prefill and of each fast round per shape"
     )
     p.add_argument("--device-output", action="store_true", help="a round of the fast path with the states on the GPU")
+    p.add_argument(
+        "--waited", action="store_true", help="a round of the fast path that waits for each step's follow-up call"
+    )
     args = p.parse_args()
     try:  # a bad batch is one line before any engine starts
         [parse_batch(b) for b in args.batches.split(",")]

@@ -13,8 +13,13 @@ import json
 import sys
 from pathlib import Path
 
-COLOURS = {"loop": "#9aa5b1", "fast": "#2f6fb0", "fast-device": "#e07b26"}
-LABELS = {"loop": "speculators' loop", "fast": "fast path", "fast-device": "fast path, states on the GPU"}
+COLOURS = {"loop": "#9aa5b1", "fast-waited": "#8fb3d9", "fast": "#2f6fb0", "fast-device": "#e07b26"}
+LABELS = {
+    "loop": "speculators' loop",
+    "fast-waited": "fast path, follow-ups waited for",
+    "fast": "fast path",
+    "fast-device": "fast path, states on the GPU",
+}
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 760, 340, 56, 60, 40
 LOW, HIGH = 0.6, 1.4  # the ratio axis
 

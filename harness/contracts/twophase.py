@@ -6,7 +6,8 @@ None; `sample_tokens()` must consume that state before the next `execute_model()
 never calls `sample_tokens()`, so its second scheduler step (more than 32 prompts, or a second
 `generate()`) fails. The guard is unconditional: it does not depend on `async_scheduling`.
 Shim (on the executor view): after an `execute_model()` that returned None, call
-`sample_tokens(None)` (no grammar), as EngineCore does.
+`sample_tokens(None)` (no grammar), as EngineCore does; on the fast path it is sent without waiting, the next
+step queued behind it (`ExecutorView.send_behind`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ def sample_after_step(view, output) -> bool:
     """After an execute_model() that returned None, call sample_tokens(None) as EngineCore does: the runner
     parked its state for it, and speculators never calls it, so its next execute_model() would fail."""
     if output is None and hasattr(view.real, "sample_tokens"):
-        view.real.sample_tokens(None)
+        view.send_behind(view.real.sample_tokens, None)
         return True
     return False
 

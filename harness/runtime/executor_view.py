@@ -12,7 +12,9 @@ becomes a clear `WorkerTimeout`, not a hang), and `shutdown()` is idempotent.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
 import threading
 from typing import Any
 
@@ -109,6 +111,16 @@ def worker_segments(real: Any) -> list[str]:
     return names
 
 
+def _parameters(method: Any) -> Any:
+    """A callable's parameter names (read once per function: bound methods are new objects on every access)."""
+    return _parameters_of(getattr(method, "__func__", method))
+
+
+@functools.lru_cache(maxsize=64)
+def _parameters_of(fn: Any) -> Any:
+    return inspect.signature(fn).parameters
+
+
 class PendingStep:
     """A step sent to the workers whose reply is not read yet (`ExecutorView.submit_step`)."""
 
@@ -116,14 +128,18 @@ class PendingStep:
         self.view, self.future, self.done = view, future, done
 
     def result(self) -> Any:
+        """The step's output, after the step shims (as `ExecutorView.execute_model` returns it)."""
         if self.future is None:
             return self.view._after_step(self.done)
+        return self.view._after_step(self.settle())
+
+    def settle(self) -> Any:
+        """Wait for the reply; a dead worker is named."""
         try:
-            out = self.future.result()
+            return self.future.result()
         except Exception as exc:
             self.view._raise_if_dead(exc)
             raise
-        return self.view._after_step(out)
 
 
 class ExecutorView:
@@ -142,6 +158,9 @@ class ExecutorView:
         self._lock = threading.Lock()
         self._closed = False
         self.died: str | None = None  # set once a worker is found dead; every later call raises WorkerDied
+        self._behind: list[Any] | None = None  # inside steps_in_flight(): replies to calls sent behind a step
+        self.sent_behind = 0  # follow-up calls sent behind a step without waiting, over the view's life
+        self.follow_ups_behind = True  # False: steps_in_flight() waits for them too (a benchmark's comparison)
         # read now: vLLM's worker monitor shuts the executor down (dropping the queues) as soon as a worker dies
         self._segments = worker_segments(real)
         # Behavioural detection: ask rank 0 to echo a marker and look at what comes back.
@@ -203,12 +222,32 @@ class ExecutorView:
             self._raise_if_dead(exc)
             raise
 
-    @functools.cached_property
+    @property
     def _non_block(self) -> bool:
-        """Whether the real executor's `execute_model` takes `non_block` (read once, not on every step)."""
-        import inspect
+        """Whether the real executor's `execute_model` takes `non_block`."""
+        return "non_block" in _parameters(self.real.execute_model)
 
-        return "non_block" in inspect.signature(self.real.execute_model).parameters
+    @contextlib.contextmanager
+    def steps_in_flight(self):
+        """The fast path's steps: a call a step shim sends right after a step (`send_behind`) is not waited for
+        here, so the workers find the next step queued behind it instead of waiting for a round trip to the
+        host. Its reply is read when the block ends, in the order sent, and a failure there raises."""
+        self._behind = []
+        try:
+            yield
+            for future in self._behind:
+                PendingStep(self, future).settle()
+        finally:
+            self._behind = None
+
+    def send_behind(self, method: Any, *args: Any) -> None:
+        """A follow-up call a step shim makes after a step (C-twophase's `sample_tokens(None)`): waited for, as in
+        speculators' loop, except inside `steps_in_flight()` where the executor takes `non_block`."""
+        if self._behind is not None and self.follow_ups_behind and "non_block" in _parameters(method):
+            self._behind.append(method(*args, non_block=True))
+            self.sent_behind += 1
+        else:
+            method(*args)
 
     def _after_step(self, out: Any) -> Any:
         self.steps += 1

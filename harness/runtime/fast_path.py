@@ -6,9 +6,11 @@ rows of every layer (at the Kimi-K2.5 width 5.6 GiB a call, ~0.25 s of host-memo
 the same objects in the same order -- speculators' scheduler (with every shim on it), the requests it would build
 (its own `Request`, `SamplingParams` and constants, looked up in the rebound namespace, so the request shims apply),
 the same `_reset_capture`/`execute_model`/`_get_captured_states` calls through the executor view -- with two
-changes: each step is sent without waiting for its reply (`ExecutorView.submit_step`, vLLM's `non_block`), and its
-requests are finished and the next step scheduled while the worker runs it; and each prompt's rows are handed out
-as views of the hand-off buffer, not copies.
+changes: each step is sent without waiting for its reply (`ExecutorView.submit_step`, vLLM's `non_block`), its
+requests are finished and the next step scheduled while the worker runs it, and what a step shim sends after it
+(C-twophase's `sample_tokens`) is not waited for either, so the next step is already queued on the workers when
+they finish one (`ExecutorView.steps_in_flight`); and each prompt's rows are handed out as views of the hand-off
+buffer, not copies.
 
 What the views mean for the caller: the buffer is reused by the next call on the same generator. Rows of a
 fast call that are still referenced when the next call starts are moved to memory of their own first
@@ -54,14 +56,15 @@ def generate(spec: Any, prompts: list[list[int]]) -> tuple[list[dict], int]:
     executor.collective_rpc("_reset_capture")
     ahead = 0
     out = scheduler.schedule()
-    while out.total_num_scheduled_tokens > 0:
-        step = executor.submit_step(out)
-        for request_id in out.num_scheduled_tokens:
-            scheduler.finish_requests([request_id], status.FINISHED_ABORTED)
-        following = scheduler.schedule()  # while the worker runs `out`
-        step.result()
-        ahead += following.total_num_scheduled_tokens > 0
-        out = following
+    with executor.steps_in_flight():
+        while out.total_num_scheduled_tokens > 0:
+            step = executor.submit_step(out)
+            for request_id in out.num_scheduled_tokens:
+                scheduler.finish_requests([request_id], status.FINISHED_ABORTED)
+            following = scheduler.schedule()  # while the worker runs `out`
+            step.result()
+            ahead += following.total_num_scheduled_tokens > 0
+            out = following
     states = executor.collective_rpc("_get_captured_states", unique_reply_rank=0)[0]
     if not states:
         raise RuntimeError("Failed to capture hidden states from worker")

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import torch
 
+from harness.contracts.twophase import CONTRACT as TWOPHASE_CONTRACT
 from harness.subjects import batches
 from harness.subjects.prompts import random_prompts
+
+TWOPHASE = TWOPHASE_CONTRACT.id
 
 
 def same(a: list[dict], b: list[dict]) -> bool:
@@ -27,10 +30,13 @@ def test_fast_path_is_bitwise_speculators_loop(run, record_e2e):
     big = batches.straddling_batch(budget, run.model.vocab_size)
     small = random_prompts(5, 17, 131, run.model.vocab_size, seed=41)
     ahead_before, detached_before = gen.steps_ahead, gen.fast_views.detached
+    view = gen.executor_view
 
     theirs_big = gen.generate(big)
+    follow_ups, behind = view.engaged.get(TWOPHASE, 0), view.sent_behind
     ours_big = gen.generate(big, fast=True)
     ahead = gen.steps_ahead - ahead_before
+    follow_ups, behind = view.engaged.get(TWOPHASE, 0) - follow_ups, view.sent_behind - behind
     views = all(h._base is not None for r in ours_big for h in r["hidden_states"])
     equal_big = same(ours_big, theirs_big)
     ours_small = gen.generate(small, fast=True)  # ours_big is still held: moved out before this call writes
@@ -39,18 +45,22 @@ def test_fast_path_is_bitwise_speculators_loop(run, record_e2e):
     kept = same(ours_big, theirs_big) and same(ours_small, theirs_small)
     detached = gen.fast_views.detached - detached_before
 
-    ok = equal_big and equal_small and kept and views and ahead >= 1
+    ok = equal_big and equal_small and kept and views and ahead >= 1 and behind == follow_ups
     record_e2e(
         run.model.name,
         "fast path == speculators' loop, bitwise",
         "pass" if ok else "fail",
         f"{len(big)} prompts / {sum(map(len, big))} tokens over a {budget}-token step ({ahead} step(s) scheduled "
-        f"while the previous ran), then {len(small)} prompts; bitwise equal: {'yes' if equal_big else 'no'}, "
+        f"while the previous ran; {behind} of {follow_ups} C-twophase follow-up(s) sent without waiting), then "
+        f"{len(small)} prompts; bitwise equal: {'yes' if equal_big else 'no'}, "
         f"{'yes' if equal_small else 'no'}; results were views: {'yes' if views else 'no'}; "
         f"{detached} held views moved out before reuse, unchanged: {'yes' if kept else 'no'}",
     )
     assert views, "the fast path copied its results instead of handing out views of the hand-off buffer"
     assert ahead >= 1, "no step was scheduled while the previous one ran: the batch did not straddle steps"
+    assert behind == follow_ups, (
+        "a C-twophase follow-up on the fast path was waited for instead of sent behind its step"
+    )
     assert equal_big and equal_small, "the fast path's hidden states differ from speculators' loop"
     assert detached >= len(big) * len(gen.layer_ids), "held results were not moved out before the buffer was reused"
     assert kept, "a held fast result changed when a later call reused the hand-off buffer"
