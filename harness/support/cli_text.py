@@ -13,6 +13,10 @@ examples:
   python -m harness gate --from 0.32.0 --to 0.34.0          can speculators 0.3.0 move to vLLM 0.34.0?
   python -m harness gate --client speculators==0.9.0 --to 0.34.0
   python -m harness matrix                                  merge reports/vllm*.json into reports/matrix.*"""
+#: The run is incomplete: something was skipped, not observed, or interrupted.
+INCOMPLETE = 3
+#: A vLLM without expectations was observed: never 0, whatever it showed.
+OBSERVED = 4
 #: An internal error: distinct from every verdict's code (sysexits' EX_SOFTWARE).
 INTERNAL = 70
 #: A module a command imports, when missing: what installs it.

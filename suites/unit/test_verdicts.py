@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from harness import cli, contracts
+from harness import contracts
+from harness.commands import run as run_command
 from harness.envs import tox_envs
 from harness.reporting import matrix, report
 from harness.support.paths import REPO_ROOT
@@ -105,15 +106,15 @@ def test_a_report_from_before_selection_was_recorded_is_not_pass():
         ("fail", [], 1, 1),
         ("fail", [], 0, 1),
         ("incomplete", ["subset", "not observed"], 0, 0),  # the user asked for a subset
-        ("incomplete", ["skipped"], 0, cli.INCOMPLETE),
-        ("incomplete", ["subset", "interrupted"], 2, cli.INCOMPLETE),
-        ("observed", ["failed"], 1, cli.OBSERVED),
-        ("observed", ["interrupted"], 2, cli.INCOMPLETE),  # cut short
+        ("incomplete", ["skipped"], 0, run_command.INCOMPLETE),
+        ("incomplete", ["subset", "interrupted"], 2, run_command.INCOMPLETE),
+        ("observed", ["failed"], 1, run_command.OBSERVED),
+        ("observed", ["interrupted"], 2, run_command.INCOMPLETE),  # cut short
     ],
 )
 def test_exit_code(status, kinds, pytest_rc, want):
     rep = {"status": status, "incomplete": [{"kind": k, "what": k} for k in kinds]}
-    assert cli.exit_code(pytest_rc, rep) == want
+    assert run_command.exit_code(pytest_rc, rep) == want
 
 
 def test_incomplete_run_never_replaces_a_complete_report(tmp_path):
@@ -224,7 +225,7 @@ def test_a_run_on_a_vllm_without_expectations_is_observed_never_pass_nor_fail():
         and {"kind": "failed", "what": "1 tests failed (not held to expectations: read each one)"}
         in failing["incomplete"]
     )
-    assert cli.exit_code(0, clean) == cli.OBSERVED == 4
+    assert run_command.exit_code(0, clean) == run_command.OBSERVED == 4
     assert report.judge(json.loads(json.dumps(failing)))[0] == "observed"
     held = _rep(rows=(row,))
     assert held["status"] == "fail", "held to expectations, an unexpected row still fails"
