@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from harness import cli
+from harness.commands import matrix as matrix_command
 from harness.support.paths import REPO_ROOT
 
 
@@ -93,7 +94,7 @@ def test_an_internal_error_is_70_never_a_verdict(monkeypatch, capsys):
     def broken(args):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(cli, "cmd_matrix_envs", broken)
+    monkeypatch.setattr(matrix_command, "cmd_matrix_envs", broken)
     assert cli.main(["matrix-envs"]) == cli.INTERNAL == 70
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "internal error (KeyError" in err[0]
