@@ -13,13 +13,12 @@ import argparse
 import os
 import sys
 
-from harness.commands import bench, envfix, gpu_nightly, matrix, refuse, run, surface
+from harness.commands import bench, build_vllm, envfix, gpu_nightly, matrix, refuse, run, surface
 from harness.support.cli_text import EXIT_CODES, INTERNAL, NEEDS
 from harness.support.cli_text import version as harness_version
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from harness.envs.source_build import add_parser as add_build
     from harness.gate.cli import add_parser as add_gate
 
     p = argparse.ArgumentParser(
@@ -41,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         matrix.add_tox_envs,
         envfix.add_parser,
         gpu_nightly.add_parser,
-        add_build,
+        build_vllm.add_parser,
         add_gate,
     ):
         add(sub)
