@@ -172,7 +172,7 @@ def run(args) -> int:
     except _ReadFailed as failed:
         gate = verdict.undecided(failed.old, failed.new, str(failed.exc), meta)
         print(f"harness gate: {failed.exc}", file=sys.stderr)
-        _write(gate, args, verdict, decided=False)
+        _write(gate, args, decided=False)
         return gate.exit_code
     if checkpoint is not None:
         from harness.gate.read import coverage
@@ -183,7 +183,7 @@ def run(args) -> int:
     gate = verdict.decide(old, new, comparison, contracts.ids(), entries, _dt.date.today(), observed, why_not, paths)
     meta["timings"]["total"] = round(time.perf_counter() - t0, 2)
     gate.meta = meta
-    _write(gate, args, verdict)
+    _write(gate, args)
     return gate.exit_code
 
 
@@ -357,11 +357,13 @@ def report_path(old: str, new: str, sources: dict | None = None) -> Path:
     return REPORTS / f"gate-{name(old, 'from')}-to-{name(new, 'to')}.json"
 
 
-def _write(gate, args, verdict, decided: bool = True) -> None:
+def _write(gate, args, decided: bool = True) -> None:
     """Markdown on stdout (and --summary), the JSON report to --json or reports/. An undecided run whose sources
     or inputs could not be had (`decided` False) writes the JSON only where --json asks: it never replaces the
     report of an earlier run under reports/, nor leaves one named like a release it could not read."""
-    text = verdict.markdown(gate)
+    from harness.gate.decide import report as gate_report
+
+    text = gate_report.markdown(gate)
     print(text)
     if args.summary:
         write_atomic(Path(args.summary), text)
@@ -369,7 +371,7 @@ def _write(gate, args, verdict, decided: bool = True) -> None:
         return
     write_atomic(
         Path(args.json) if args.json else report_path(gate.old, gate.new, gate.meta.get("sources")),
-        json.dumps(verdict.to_json(gate), indent=2, default=str) + "\n",
+        json.dumps(gate_report.to_json(gate), indent=2, default=str) + "\n",
     )
 
 

@@ -207,6 +207,7 @@ def test_static_gate_time_with_sources_cached(gate, capsys):
 
 def test_a_contract_without_facts_is_not_checked_and_undecided(cache_dir):
     """Never SAFE for what was not read: drop one contract's facts from real ones and the gate says 2."""
+    from harness.gate.decide import report as gate_report
     from harness.gate.decide import verdict
     from harness.gate.read import dynamic, static
 
@@ -225,7 +226,7 @@ def test_a_contract_without_facts_is_not_checked_and_undecided(cache_dir):
     )
     assert (gate.verdict, gate.exit_code) == ("UNDECIDED", 2)
     assert gate.contracts["memory"]["status"] == "not-checked" and "memory" in gate.not_checked
-    assert "**Not checked**" in verdict.markdown(gate)
+    assert "**Not checked**" in gate_report.markdown(gate)
 
 
 def test_a_checkpoint_config_decides_the_llama_4_scaling_finding(gate, tmp_path, covered_then_review):
