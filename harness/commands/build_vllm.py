@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from harness.commands import refuse
 from harness.envs.source_build import BuildFailed, BuildRefused, build, cache_root, cached, install, recipe
 from harness.support.paths import FIXTURES
 
@@ -27,8 +28,7 @@ def cmd_build_vllm(args) -> int:
             override = FIXTURES / "envs" / f"vllm-{rec.version}.override.txt"
             install(wheel, args.install, override if override.is_file() else None)
     except (BuildRefused, BuildFailed) as e:
-        print(f"harness: build-vllm: {e}", file=sys.stderr)
-        return 2
+        return refuse(f"build-vllm: {e}")
     print(f"harness build-vllm: {wheel}" + (f" installed into {args.install}" if args.install else ""))
     return 0
 
