@@ -124,7 +124,7 @@ def cmd_run(args) -> int:
 
     rep = COLLECTOR.last_report
     if rep is not None and rep["status"] == "observed":
-        from harness.reporting.report import observed_summary
+        from harness.reporting.report_markdown import observed_summary
 
         print(observed_summary(rep))
     return exit_code(rc, rep)

@@ -72,7 +72,7 @@ def comparable(rep: dict) -> dict:
     return out
 
 
-#: The lines of an env report's Markdown that render timing fields (see `harness.reporting.report.markdown`).
+#: The lines of an env report's Markdown that render timing fields (see `harness.reporting.report_markdown.markdown`).
 _MD_GENERATED = re.compile(r" Generated [0-9T:+-]+\.$")
 _MD_TIME_SECTIONS = ("## Wall time per tier", "## Where the time went")
 _MD_E2E = "## End to end"

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from harness.reporting import report, stable
+from harness.reporting import report, report_markdown, stable
 from harness.support.paths import REPO_ROOT
 
 #: A worker error as vLLM 0.16 logs it when MLA cannot start on a CPU build (reports/vllm016.json's MLA proof).
@@ -116,8 +116,8 @@ def test_a_verdict_change_is_more_than_timings():
     other = json.loads(json.dumps(rep))
     other["contracts"][0]["outcome"] = "broken" if rep["contracts"][0]["outcome"] != "broken" else "native"
     assert stable.without_timings(rep) != stable.without_timings(other)
-    md = report.markdown(rep)
-    assert stable.markdown_without_timings(md) != stable.markdown_without_timings(report.markdown(other))
+    md = report_markdown.markdown(rep)
+    assert stable.markdown_without_timings(md) != stable.markdown_without_timings(report_markdown.markdown(other))
 
 
 def test_the_checkout_comparison_sees_a_verdict_and_ignores_a_timing(tmp_path):
@@ -156,7 +156,11 @@ def test_another_cpu_s_run_is_comparable_but_not_equal_without_timings():
     row["measured"] = re.sub(r"\d\.\d+e-\d+", lambda m: f"{float(m.group(0)) * 0.5:.2e}", row["measured"], count=1)
     assert stable.without_timings(rep) != stable.without_timings(other)
     assert stable.comparable(rep) == stable.comparable(other)
-    assert stable.comparable_markdown(report.markdown(rep)) == stable.comparable_markdown(report.markdown(other))
+    assert stable.comparable_markdown(report_markdown.markdown(rep)) == stable.comparable_markdown(
+        report_markdown.markdown(other)
+    )
     row["result"] = "fail"
     assert stable.comparable(rep) != stable.comparable(other)
-    assert stable.comparable_markdown(report.markdown(rep)) != stable.comparable_markdown(report.markdown(other))
+    assert stable.comparable_markdown(report_markdown.markdown(rep)) != stable.comparable_markdown(
+        report_markdown.markdown(other)
+    )
