@@ -115,7 +115,7 @@ LAYOUT_RESOLVER = "vllm.v1.attention.backends.utils"
 
 
 def kv_layout_resolution(tree, used, follower) -> list[Fact]:
-    from harness.vllm_source.tree import _parse
+    from harness.vllm_source.source_files import parse
 
     f = tree.module_file(CACHE_CONFIG)
     if f is None:
@@ -123,7 +123,7 @@ def kv_layout_resolution(tree, used, follower) -> list[Fact]:
     lines = tree.string_lines(CACHE_CONFIG, LAYOUT_UNRESOLVED)
     resolver = tree.module_file(LAYOUT_RESOLVER)
     has_resolver = resolver is not None and any(
-        isinstance(n, ast.FunctionDef) and n.name == "resolve_kv_cache_layout" for n in _parse(str(resolver)).body
+        isinstance(n, ast.FunctionDef) and n.name == "resolve_kv_cache_layout" for n in parse(str(resolver)).body
     )
     return [
         Fact(

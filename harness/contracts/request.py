@@ -18,6 +18,7 @@ import inspect
 from harness.contracts.base import Attach, Attempt, Contract, GateCover, Observation, Shim
 from harness.vllm_source.facts import Fact
 from harness.vllm_source.lookups import imported, not_found
+from harness.vllm_source.signatures import signature
 
 #: Shims also left out in both arms of the proof: the block-hash requirement only bites with prefix
 #: caching on (vLLM's default), so C-prefixcache's shim must be off for this shim to be exercised.
@@ -137,7 +138,7 @@ def block_hashes(tree, used, follower) -> list[Fact]:
 
     symbol = imported(used, "Request")
     cls = follower.resolve_import(symbol) if symbol else None
-    sig = tree.signature(cls, bound=True) if cls is not None else None
+    sig = signature(tree, cls, bound=True) if cls is not None else None
     attr, caching_on = caching(tree, used, follower)
     if sig is None or attr is None:
         return [not_found(CONTRACT.id, f"{symbol}(block_hasher=)", "block-hashes", "Request or CacheConfig")]
@@ -146,7 +147,11 @@ def block_hashes(tree, used, follower) -> list[Fact]:
     needed = param is not None and not passed and caching_on
     helpers = all(tree.lookup(f"{OLD_HOME}.{h}") is not None for h in HASHER_HELPERS)
     value = "needed: prefix caching is on by default and speculators passes no block_hasher" if needed else "not needed"
-    evidence = f"{sig.where.rsplit(':', 1)[0]}:{param.line}" if needed and param.line else tree.where(attr, attr.lineno)
+    evidence = (
+        f"{sig.where.rsplit(':', 1)[0]}:{param.line}"
+        if needed and param is not None and param.line
+        else tree.where(attr, attr.lineno)
+    )
     return [
         Fact(
             CONTRACT.id,

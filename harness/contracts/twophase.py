@@ -98,7 +98,7 @@ def _guard(tree) -> tuple[str | None, str]:
     """Where the runners the GPU worker builds park a step's state: (evidence file:line or None, how), read in
     the runners' own files (bases included), else in the V1 runner module where it still exists."""
     from harness.vllm_source import runners
-    from harness.vllm_source.tree import module_of
+    from harness.vllm_source.source_files import module_of
 
     built = runners.read(str(tree.root), "vllm.v1.worker.gpu_worker").defaults
     for r in built:

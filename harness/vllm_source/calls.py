@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.vllm_source.facts import Fact
+from harness.vllm_source.signatures import signature
 from harness.vllm_source.tree import Tree
 from harness.vllm_source.used_surface import Call
 
@@ -32,7 +33,7 @@ class Ref:
 def call_facts(tree: Tree, ref: Ref, call: Call, contract: str) -> list[Fact]:
     """Does `call` (keywords, positionals) still fit the signature of what it reaches?"""
     site = f"{call.module.rsplit('.', 1)[-1]}.py:{call.line}"
-    sig = tree.signature(ref.obj, bound=ref.bound)
+    sig = signature(tree, ref.obj, bound=ref.bound)
     if sig is None:
         return [Fact(contract, ref.symbol, "signature", "signature not readable statically", None, site=site)]
     facts = []

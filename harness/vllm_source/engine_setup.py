@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.vllm_source.runners import imports_of
-from harness.vllm_source.tree import _parse, module_file
+from harness.vllm_source.source_files import module_file, parse
 
 MODULE = "vllm.v1.engine.core"
 CLASS = "EngineCore"
@@ -54,7 +54,7 @@ def steps(root: Path) -> tuple[list[Step], str | None]:
     f = module_file(Path(root), MODULE)
     if f is None:
         return [], None
-    tree = _parse(str(f))
+    tree = parse(str(f))
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == CLASS), None)
     fn = next((n for n in (cls.body if cls else ()) if isinstance(n, ast.FunctionDef) and n.name == METHOD), None)
     if cls is None or fn is None:

@@ -32,6 +32,6 @@ def site(call) -> str:
 
 
 def parse_file(path):
-    from harness.vllm_source.tree import _parse
+    from harness.vllm_source.source_files import parse
 
-    return _parse(str(path))
+    return parse(str(path))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from harness.vllm_source.tree import _parse, module_file
+from harness.vllm_source.source_files import module_file, parse
 
 #: The worker modules whose runner speculators' generator drives (GPU and CPU builds), and their classes.
 WORKERS = {"vllm.v1.worker.gpu_worker": "Worker", "vllm.v1.worker.cpu_worker": "CPUWorker"}
@@ -94,7 +94,7 @@ def v2_by_default(root: Path) -> bool:
     f = module_file(Path(root), "vllm.config.vllm")
     if f is None:
         return False
-    for node in ast.walk(_parse(str(f))):
+    for node in ast.walk(parse(str(f))):
         if isinstance(node, ast.FunctionDef) and node.name == "use_v2_model_runner":
             return any(
                 isinstance(s, ast.Return) and isinstance(s.value, ast.Constant) and s.value.value is True
@@ -108,7 +108,7 @@ def built_runners(root: Path, worker_module: str) -> list[Built]:
     f = module_file(root, worker_module)
     if f is None:
         return []
-    tree = _parse(str(f))
+    tree = parse(str(f))
     names = imports_of(tree, worker_module)
     found: list[Built] = []
     not_default = {k: v for k, v in NOT_DEFAULT.items() if not (k == "use_v2_model_runner" and v2_by_default(root))}
@@ -140,7 +140,7 @@ def runner(root: Path, path: str, _depth: int = 0) -> Runner:
     f = module_file(root, module)
     if f is None:
         return Runner(path, None)
-    tree = _parse(str(f))
+    tree = parse(str(f))
     node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
     if node is None:
         return Runner(path, None)

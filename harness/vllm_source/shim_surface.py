@@ -150,13 +150,13 @@ def load(path: Path = FIXTURE) -> list[dict]:
 # -- the gate's reading of one version ----------------------------------------------------------------------
 def _required_positional(root: Path, where: str) -> int | None:
     """The positional parameters without a default of the method defined at `where` ("file:line"), self left out."""
-    from harness.vllm_source.tree import _parse
+    from harness.vllm_source.source_files import parse
 
     rel, _, line = where.rpartition(":")
     node = next(
         (
             n
-            for n in ast.walk(_parse(str(root / rel)))
+            for n in ast.walk(parse(str(root / rel)))
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno == int(line)
         ),
         None,

@@ -16,49 +16,19 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar
 
 import griffe
 
-PACKAGE = "vllm"
+from harness.vllm_source.source_files import PACKAGE, READ, definitions, module_file, parse
+
 MAX_ROUNDS = 15
 T = TypeVar("T")
 
 
 class TreeError(RuntimeError):
     """The sources could not be read the way the checks need (the gate cannot decide)."""
-
-
-@dataclass(frozen=True)
-class Param:
-    name: str
-    kind: str  # "positional-only" | "positional" | "keyword-only" | "*args" | "**kwargs"
-    required: bool
-    line: int | None
-
-
-@dataclass(frozen=True)
-class Signature:
-    params: tuple[Param, ...]
-    where: str  # file:line of the def (or class, for a dataclass-like constructor)
-
-    def named(self, name: str) -> Param | None:
-        return next((p for p in self.params if p.name == name and p.kind not in ("*args", "**kwargs")), None)
-
-    @property
-    def takes_any_keyword(self) -> bool:
-        return any(p.kind == "**kwargs" for p in self.params)
-
-    @property
-    def positional(self) -> list[Param]:
-        return [p for p in self.params if p.kind in ("positional-only", "positional")]
-
-    @property
-    def takes_any_positional(self) -> bool:
-        return any(p.kind == "*args" for p in self.params)
 
 
 class Tree:
@@ -199,14 +169,14 @@ class Tree:
         return sorted(
             {
                 n.lineno
-                for n in ast.walk(_parse(str(f)))
+                for n in ast.walk(parse(str(f)))
                 if isinstance(n, ast.Constant) and isinstance(n.value, str) and needle in n.value
             }
         )
 
     def find_definitions(self, name: str) -> list[str]:
         """Modules that define `name` at top level (def, class or assignment), found by reading every file."""
-        return _definitions(str(self.root), name)
+        return definitions(str(self.root), name)
 
     # -- source and evidence -------------------------------------------------------------------------
     def where(self, obj, line: int | None = None) -> str:
@@ -214,7 +184,7 @@ class Tree:
         return f"{self.relative(obj.filepath)}:{line or (node.lineno if node else obj.lineno)}"
 
     def module_ast(self, obj) -> ast.Module:
-        return _parse(str(Path(obj.filepath).resolve()))
+        return parse(str(Path(obj.filepath).resolve()))
 
     def node(self, obj):
         """The def/class AST node of a griffe function or class (griffe's lineno is the first decorator's)."""
@@ -227,79 +197,6 @@ class Tree:
             if isinstance(n, kinds) and n.name == obj.name and obj.lineno <= n.lineno <= (obj.endlineno or n.lineno):
                 return n
         return None
-
-    # -- signatures --------------------------------------------------------------------------------
-    def signature(self, obj, bound: bool) -> Signature | None:
-        """Parameters a call must satisfy; `bound`: called on an instance (self is not passed)."""
-        obj = self.final(obj)
-        if obj is None:
-            return None
-        if obj.is_function:
-            return self._function_signature(obj, bound)
-        if obj.is_class:
-            init = self.member(obj, "__init__")
-            if init is not None and init.is_function:
-                return self._function_signature(init, True)
-            if self._dataclass_like(obj):
-                return self._field_signature(obj)
-            if not obj.bases:
-                return Signature((), self.where(obj))
-        return None
-
-    def _function_signature(self, fn, bound: bool) -> Signature:
-        node = self.node(fn)
-        lines = {a.arg: a.lineno for a in ast.walk(node) if isinstance(a, ast.arg)} if node else {}
-        kinds = {
-            "positional-only": "positional-only",
-            "positional or keyword": "positional",
-            "keyword-only": "keyword-only",
-            "variadic positional": "*args",
-            "variadic keyword": "**kwargs",
-        }
-        params = [
-            Param(
-                p.name,
-                kinds[p.kind.value],
-                p.default is None and p.kind.value not in ("variadic positional", "variadic keyword"),
-                lines.get(p.name),
-            )
-            for p in fn.parameters
-        ]
-        is_method = fn.parent is not None and fn.parent.is_class and "staticmethod" not in fn.labels
-        drops_first = bound or "classmethod" in fn.labels or fn.name == "__init__"
-        if drops_first and is_method and params and params[0].kind in ("positional-only", "positional"):
-            params = params[1:]
-        return Signature(tuple(params), self.where(fn))
-
-    DATACLASS_DECORATORS = ("dataclass", "config", "dataclass_transform")
-    STRUCT_BASES = ("Struct", "BaseModel")
-
-    def _dataclass_like(self, cls) -> bool:
-        decorators = {str(d.value).split("(")[0].rsplit(".", 1)[-1] for d in cls.decorators}
-        return (
-            bool(decorators & set(self.DATACLASS_DECORATORS))
-            or "dataclass" in cls.labels
-            or bool(self.base_names(cls) & set(self.STRUCT_BASES))
-        )
-
-    def _field_signature(self, cls) -> Signature:
-        """Constructor of a dataclass, pydantic dataclass, vLLM @config class or msgspec Struct: its fields.
-
-        Read from the class bodies (bases first), not from griffe's members: griffe leaves
-        `InitVar` pseudo-fields out, and those are exactly what a constructor call must pass.
-        """
-        fields: dict[str, Param] = {}
-        for klass in [*reversed(self.bases(cls)), cls]:
-            node = self.node(klass)
-            for stmt in node.body if node else ():
-                if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
-                    continue
-                annotation = ast.unparse(stmt.annotation)
-                value = ast.unparse(stmt.value) if stmt.value is not None else None
-                if "ClassVar" in annotation or (value and "init=False" in value):
-                    continue
-                fields[stmt.target.id] = Param(stmt.target.id, "keyword-only", value is None, stmt.lineno)
-        return Signature(tuple(fields.values()), self.where(cls))
 
     def instance_attributes(self, cls) -> dict[str, int]:
         """`self.x = ...` targets in the class's methods, tuple targets included (griffe skips those)."""
@@ -342,59 +239,6 @@ def _canonical_in(obj, name: str) -> str | None:
     if member is None:
         return None
     return member.target_path if member.is_alias else member.path
-
-
-def module_file(root: Path, module: str) -> Path | None:
-    """The file of `module` (a package's __init__.py, else module.py) under the sources' `root`, or None."""
-    base = Path(root).joinpath(*module.split("."))
-    for candidate in (base / "__init__.py", base.with_suffix(".py")):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def module_of(rel: str) -> str:
-    """The module a source file relative to the root holds (`vllm/a/b.py` -> `vllm.a.b`)."""
-    parts = Path(rel).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-#: What the reading of a version looked at, for a caller that wants to know which files decided its facts (the
-#: mutation suite: a mutant that changes none of them has the baseline's facts). Files parsed or linked for
-#: griffe, and names searched for across the whole tree.
-READ: dict[str, set] = {"files": set(), "names": set()}
-
-
-def _parse(path: str) -> ast.Module:
-    data = Path(path).read_bytes()
-    READ["files"].add(str(Path(path).resolve()))
-    return _parse_text(data)
-
-
-@lru_cache(maxsize=512)
-def _parse_text(data: bytes) -> ast.Module:
-    """Parsed once per content: copies of a tree (the mutation suite's) share every unchanged file's parse."""
-    return ast.parse(data.decode("utf-8-sig"))
-
-
-def _definitions(root: str, name: str) -> list[str]:
-    READ["names"].add(name)
-    return _definitions_in(root, name)
-
-
-@lru_cache(maxsize=64)
-def _definitions_in(root: str, name: str) -> list[str]:
-    pattern = re.compile(
-        rf"^(?:(?:async\s+)?def|class)\s+{re.escape(name)}\b|^{re.escape(name)}\s*(?::[^=\n]*)?=", re.MULTILINE
-    )
-    base = Path(root)
-    found = []
-    for f in sorted(base.joinpath(PACKAGE).rglob("*.py")):
-        if pattern.search(f.read_text(encoding="utf-8", errors="replace")):
-            rel = f.relative_to(base).with_suffix("")
-            parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-            found.append(".".join(parts))
-    return found
 
 
 def analyse(root: Path, seed: set[str], check: Callable[[Tree], T]) -> T:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.gate.read.reach.scope import PACKAGES
-from harness.vllm_source.tree import module_of
+from harness.vllm_source.source_files import module_of
 
 
 @dataclass

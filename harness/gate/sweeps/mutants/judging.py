@@ -47,17 +47,17 @@ def _top_names(text: str) -> set[str]:
 def baseline(root: str, fixture: str) -> tuple:
     """The release's facts, the files they were read from (relative) and the names searched across the tree."""
     from harness.gate.read import static
-    from harness.vllm_source import runners, tree
+    from harness.vllm_source import runners, source_files
 
     if root not in _BASELINE:
         runners.read.cache_clear()
         runners.v2_by_default.cache_clear()
-        tree.READ["files"].clear()
-        tree.READ["names"].clear()
+        source_files.READ["files"].clear()
+        source_files.READ["names"].clear()
         facts = static.version_facts(root, fixture)
         base = Path(root).resolve()
-        files = {str(Path(f).relative_to(base)) for f in tree.READ["files"] if Path(f).is_relative_to(base)}
-        _BASELINE[root] = (facts, files, set(tree.READ["names"]))
+        files = {str(Path(f).relative_to(base)) for f in source_files.READ["files"] if Path(f).is_relative_to(base)}
+        _BASELINE[root] = (facts, files, set(source_files.READ["names"]))
     return _BASELINE[root]
 
 
