@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from harness.vllm_source.tree import Tree
+if TYPE_CHECKING:  # the contracts import this module at run time, where griffe (the tree's loader) may be absent
+    from harness.vllm_source.tree import Tree
 
 #: Decorators and bases whose classes are constructed from their annotated fields.
 DATACLASS_DECORATORS = ("dataclass", "config", "dataclass_transform")
