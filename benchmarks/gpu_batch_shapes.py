@@ -157,6 +157,17 @@ def measure_batch(gen, llm, model, fm, batch: tuple[int, int, int], args, seed: 
     return out
 
 
+def engine_modes(cfg) -> dict:
+    """How an engine runs its steps, as its resolved config says: the two differ here (speculators builds its
+    own config, eager), and each changes where a step's time goes."""
+    if cfg is None:
+        return {}
+    return {
+        "async_scheduling": getattr(cfg.scheduler_config, "async_scheduling", None),
+        "enforce_eager": cfg.model_config.enforce_eager,
+    }
+
+
 def measure(args) -> dict:
     import torch
     from gpu_shapes import flop_model, shape_fixture, start_plain
@@ -193,6 +204,10 @@ def measure(args) -> dict:
         sc = gen.vllm_config.scheduler_config
         out["scheduler"] = {"max_num_seqs": sc.max_num_seqs, "max_num_batched_tokens": sc.max_num_batched_tokens}
         llm = start_plain(model, args.max_model_len, args.share, args.attention_backend)
+        out["engines"] = {
+            "extraction": engine_modes(gen.vllm_config),
+            "plain": engine_modes(getattr(getattr(llm, "llm_engine", None), "vllm_config", None)),
+        }
         for i, batch in enumerate(batches):
             out["batches"].append(measure_batch(gen, llm, model, out["flop_model"], batch, args, seed=11 + i))
             write(args.out, out)
