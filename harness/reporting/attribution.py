@@ -152,10 +152,14 @@ def _in_child(model, prompts: list[list[int]]) -> list[list[float]]:
             f"    open({str(out)!r}, 'w').write(json.dumps(plain_vllm_logprobs(m, prompts)))\n"
         )
         Path(str(out) + ".in").write_text(json.dumps(prompts))
-        # A child killed by a signal without an error of its own (seen once on vLLM 0.16's CPU build: SIGABRT)
-        # gets one more try; a child that reported an error never does.
-        for _attempt in range(2):
-            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+        # A child killed by a signal without an error of its own (vLLM 0.16's CPU build, now and then: SIGABRT) gets
+        # up to two more tries; a child that reported an error never does. Python's fault handler writes where a
+        # killed child was, so a death that repeats is reported with its place.
+        tries = 0
+        while tries < SIGNAL_TRIES:
+            tries += 1
+            cmd = [sys.executable, "-X", "faulthandler", "-c", code]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
             if proc.returncode == 0 and out.is_file():
                 return json.loads(out.read_text())
             if proc.returncode >= 0 or re.search(r"(?:Error|Exception): ", proc.stdout + proc.stderr):
@@ -165,10 +169,26 @@ def _in_child(model, prompts: list[list[int]]) -> list[list[float]]:
         for line in (proc.stdout + proc.stderr).splitlines()
         if (m := re.search(r"\b\w*(?:Error|Exception): .*", line))
     ]
-    root = next(
-        (e for e in errors if "initialization failed" not in e), errors[-1] if errors else f"exit {proc.returncode}"
-    )
-    raise RuntimeError(summarize(root, 400))
+    root = next((e for e in errors if "initialization failed" not in e), errors[-1] if errors else None)
+    raise RuntimeError(summarize(root or killed(proc.returncode, proc.stderr, tries), 400))
+
+
+#: Tries a plain-vLLM child gets when a signal kills it without an error of its own.
+SIGNAL_TRIES = 3
+
+
+def killed(returncode: int, stderr: str, tries: int = 1) -> str:
+    """A child's death without an error message: the signal by name, and where the fault handler saw it."""
+    import signal
+
+    try:
+        how = f"killed by {signal.Signals(-returncode).name}" if returncode < 0 else f"exit {returncode}"
+    except ValueError:
+        how = f"exit {returncode}"
+    lines = stderr.splitlines()
+    start = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("Fatal Python error")), None)
+    where = [ln.strip() for ln in lines[start:] if ln.strip().startswith("File ")][:3] if start is not None else []
+    return f"{how}" + (f" ({tries} tries)" if tries > 1 else "") + (f"; last at: {' <- '.join(where)}" if where else "")
 
 
 def attribute(model, prompts: list[list[int]]) -> Verdict:

@@ -273,3 +273,19 @@ def test_unpaired_timing_gives_the_ratio_of_medians_and_the_extreme_pairings():
     assert r["plain_s"]["median"] == 3.0 and r["extract_s"]["all"] == [1.0, 2.0, 4.0] and r["pairs"] == 3
     calls = []
     assert len(bench.timed(lambda: calls.append(1), 4, warmup=2)) == 4 and len(calls) == 6
+
+
+def test_a_plain_vllm_child_killed_by_a_signal_is_named_with_its_place():
+    """A child that dies by a signal without an error of its own (SIGABRT, as vLLM 0.16's CPU build now and then
+    does) is reported by the signal's name and where Python's fault handler saw it, not as a bare exit code."""
+    import subprocess
+    import sys
+
+    from harness.reporting.attribution import killed
+
+    code = "import os\n\ndef deep():\n    os.abort()\n\ndeep()\n"
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], capture_output=True, text=True)
+    assert proc.returncode < 0
+    said = killed(proc.returncode, proc.stderr, tries=3)
+    assert said.startswith('killed by SIGABRT (3 tries); last at: File "<string>", line 4 in deep'), said
+    assert killed(2, "", tries=1) == "exit 2"
