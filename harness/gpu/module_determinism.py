@@ -2,8 +2,8 @@
 
 The GPU tier asks for the same batch twice to give the same states bit for bit. When it does not, the states only say
 that something in the forward is not deterministic; a report must say what. This records, in the worker, every call
-of each decoder layer's attention and MLP block and of the MLP's own parts (router gate, routed experts, shared
-experts): a digest of the call's tensor inputs and its output. Two runs of the same batch are then compared call by
+of each decoder layer's parts, down to the leaves (norms, projections, attention, the MLP's router gate, routed and
+shared experts): a digest of the call's tensor inputs and its output. Two runs of the same batch are then compared call by
 call: the first call whose inputs were equal but whose output was not is the module that broke determinism (every
 later difference may only be its consequence).
 
@@ -24,9 +24,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-#: Children of a decoder layer, and of its MLP, whose calls are recorded (vLLM's names across model families).
+#: What makes a module a decoder layer (vLLM's names across model families); every part below one is recorded.
 LAYER_PARTS = ("self_attn", "mlp")
-MLP_PARTS = ("gate", "experts", "shared_experts")
 #: Output tensors kept whole (on the host) for at most this many calls; later calls keep only their digest.
 KEEP_TENSORS = 64
 
@@ -55,21 +54,22 @@ def digest(value) -> str:
 
 
 def modules_to_watch(model) -> list[tuple[str, object]]:
-    """(name, module) for each decoder layer's attention and MLP block and the MLP's gate/experts/shared experts."""
+    """(name, module) for each decoder layer's parts, down to the leaves (norms, projections, rotary embedding,
+    attention, activation; the MLP's gate, experts and shared experts), so the module named is the innermost one:
+    a norm between two blocks is watched, not only the blocks around it."""
     found = []
     for name, module in model.named_modules():
         if not all(hasattr(module, part) for part in LAYER_PARTS):
             continue
-        for part in LAYER_PARTS:
-            child = getattr(module, part)
-            found.append((f"{name}.{part}", child))
-            if part == "mlp":
-                found += [
-                    (f"{name}.mlp.{sub}", getattr(child, sub))
-                    for sub in MLP_PARTS
-                    if getattr(child, sub, None) is not None and hasattr(getattr(child, sub), "forward")
-                ]
+        found += [(f"{name}.{sub}", child) for sub, child in module.named_modules() if sub and _called(child)]
     return found
+
+
+def _called(module) -> bool:
+    """A part the forward calls (containers such as ModuleList have no forward of their own)."""
+    import torch
+
+    return not isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict))
 
 
 def first_rows(value, rows: int | None):
@@ -153,6 +153,12 @@ def first_divergence(first: list[dict], second: list[dict]) -> dict:
         if a["output"] == b["output"]:
             continue
         out["differing"] += 1
+        if "first_differing" not in out:  # where the difference is first seen, and whether it came in with the inputs
+            out["first_differing"] = {
+                "module": a["module"],
+                "class": a["class"],
+                "inputs_equal": a["inputs"] == b["inputs"],
+            }
         if out["culprit"] is None and a["inputs"] == b["inputs"]:
             out["culprit"] = {"module": a["module"], "class": a["class"], "max_abs_diff": _kept_diff(a, b)}
     if out["culprit"] is None and out["differing"]:

@@ -51,16 +51,17 @@ def _run_twice(noisy_layer: int | None) -> dict:
     worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
     x = torch.randn(5, 16)
     for _ in range(2):
-        assert md.install(worker) == 3 * 5  # attention, MLP, gate, experts, shared experts per layer
+        # per layer: attention and its projection, the MLP, its gate, experts and shared experts and their projections
+        assert md.install(worker) == 3 * 8
         with torch.no_grad():
             model(x)
-        assert md.collect(worker) == 3 * 5
+        assert md.collect(worker) == 3 * 8
     return md.compare(worker)
 
 
 def test_a_deterministic_model_has_no_culprit():
     found = _run_twice(None)
-    assert found["differing"] == 0 and found["culprit"] is None and found["same_calls"] and found["calls"] == 15
+    assert found["differing"] == 0 and found["culprit"] is None and found["same_calls"] and found["calls"] == 24
 
 
 def test_the_first_module_changing_on_equal_inputs_is_named_not_its_consequences():
@@ -68,6 +69,7 @@ def test_the_first_module_changing_on_equal_inputs_is_named_not_its_consequences
     assert found["culprit"]["module"] == "1.mlp.experts" and found["culprit"]["class"] == "Noisy"
     assert 0 < found["culprit"]["max_abs_diff"] < 0.1
     assert found["differing"] > 1  # the layer's MLP and everything after differ too, and are not blamed
+    assert found["first_differing"] == {"module": "1.mlp.experts", "class": "Noisy", "inputs_equal": True}
 
 
 def test_hooks_are_removed_after_collect():
@@ -165,3 +167,32 @@ def test_rows_cut_only_tensors_long_enough_and_keep_containers():
     cut = md.first_rows({"a": (x, short), "b": 3}, 4)
     assert torch.equal(cut["a"][0], x[:4]) and torch.equal(cut["a"][1], short) and cut["b"] == 3
     assert md.first_rows(x, None) is x
+
+
+class NormedLayer(Layer):
+    """A layer with a norm between its two blocks, as vLLM's decoder layers have."""
+
+    def __init__(self, width: int, norm: torch.nn.Module):
+        super().__init__(width, False)
+        self.post_attention_layernorm = norm
+
+    def forward(self, x):
+        x = self.post_attention_layernorm(x + self.self_attn(x))
+        return x + self.mlp(x)
+
+
+def test_a_norm_between_the_blocks_is_named_not_the_block_after_it():
+    """The difference appears between the attention block's output and the MLP's input: the norm there is named,
+    where watching the two blocks only would have said 'the MLP's inputs already differed'."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(Layer(16, False), NormedLayer(16, BatchMean()))
+    worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
+    prompt = torch.randn(4, 16)
+    for batch in (prompt, torch.cat([prompt, torch.randn(3, 16)])):
+        watched = md.install(worker, rows=len(prompt))
+        with torch.no_grad():
+            model(batch)
+        md.collect(worker)
+    found = md.compare(worker, watched)
+    assert found["culprit"]["module"] == "1.post_attention_layernorm" and found["culprit"]["class"] == "BatchMean"
+    assert found["first_differing"]["module"] == "1.post_attention_layernorm"
