@@ -51,18 +51,31 @@ def call_plan(seed: int, calls: int, vocab: int, longest: int, max_prompts: int 
     return plan
 
 
+def batch_invariant_mode_on():
+    """Whether vLLM switched its batch-invariant kernels on in this process: the module's own flag, wherever this
+    release keeps the module (`layers/` up to 0.25, `determinism/` later); a string saying why where none is found."""
+    import importlib
+
+    for where in ("vllm.model_executor.determinism.batch_invariant", "vllm.model_executor.layers.batch_invariant"):
+        try:
+            module = importlib.import_module(where)
+        except ImportError:
+            continue
+        if hasattr(module, "vllm_is_batch_invariant"):
+            return bool(module.vllm_is_batch_invariant())
+        if hasattr(module, "_batch_invariant_MODE"):
+            return bool(module._batch_invariant_MODE)
+        return f"unknown: {where} has no switch this benchmark knows"
+    return "unknown: no batch_invariant module in this vLLM"
+
+
 def worker_mode(worker) -> dict:
     """(Runs on a worker.) What the worker runs with: vLLM's batch-invariant switch, cuBLAS's workspace settings,
     the compilation mode and CUDA graph mode."""
     import torch
 
     out = {k: os.environ.get(k) for k in (MODE_ENV, "CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE")}
-    try:
-        from vllm.model_executor.layers import batch_invariant
-
-        out["vllm_is_batch_invariant"] = bool(batch_invariant.vllm_is_batch_invariant())
-    except (ImportError, AttributeError) as exc:
-        out["vllm_is_batch_invariant"] = f"unknown: {exc}"
+    out["batch_invariant_mode_on"] = batch_invariant_mode_on()
     cfg = getattr(worker, "vllm_config", None)
     comp = getattr(cfg, "compilation_config", None)
     out["compilation_mode"] = str(getattr(comp, "mode", getattr(comp, "level", None)))
