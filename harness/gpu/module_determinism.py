@@ -26,6 +26,9 @@ from typing import Any
 
 #: What makes a module a decoder layer (vLLM's names across model families); every part below one is recorded.
 LAYER_PARTS = ("self_attn", "mlp")
+#: The token embedding (vLLM's name across model families), watched too: in a comparison of a prompt alone against
+#: the prompt in a batch, equal inputs there say the prompt's tokens were the batch's first rows.
+EMBEDDING = "embed_tokens"
 #: Output tensors kept whole (on the host) for at most this many calls; later calls keep only their digest.
 KEEP_TENSORS = 64
 
@@ -59,6 +62,8 @@ def modules_to_watch(model) -> list[tuple[str, object]]:
     a norm between two blocks is watched, not only the blocks around it."""
     found = []
     for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] == EMBEDDING:  # its input rows are the prompt's token ids: were they first?
+            found.append((name, module))
         if not all(hasattr(module, part) for part in LAYER_PARTS):
             continue
         found += [(f"{name}.{sub}", child) for sub, child in module.named_modules() if sub and _called(child)]

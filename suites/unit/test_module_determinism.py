@@ -181,6 +181,36 @@ class NormedLayer(Layer):
         return x + self.mlp(x)
 
 
+class Embedded(torch.nn.Module):
+    """A model with a token embedding before its layers, as vLLM's have."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.embed_tokens = torch.nn.Embedding(32, width)
+        self.layers = torch.nn.Sequential(Layer(width, False))
+
+    def forward(self, ids):
+        return self.layers(self.embed_tokens(ids))
+
+
+def test_the_embedding_says_whether_the_prompt_was_first_in_its_batch():
+    torch.manual_seed(0)
+    model = Embedded(16)
+    worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
+    prompt, other = torch.tensor([3, 4, 5]), torch.tensor([9, 9])
+    for first_in_batch in (True, False):
+        batch = torch.cat([prompt, other] if first_in_batch else [other, prompt])
+        for ids in (prompt, batch):
+            watched = md.install(worker, rows=len(prompt))
+            with torch.no_grad():
+                model(ids)
+            md.collect(worker)
+        found = md.compare(worker, watched)
+        assert watched == 1 + 8 and found["calls"] == watched
+        assert found["first_inputs_equal"] is first_in_batch
+        assert (found["differing"] == 0) is first_in_batch
+
+
 def test_a_norm_between_the_blocks_is_named_not_the_block_after_it():
     """The difference appears between the attention block's output and the MLP's input: the norm there is named,
     where watching the two blocks only would have said 'the MLP's inputs already differed'."""
