@@ -158,8 +158,8 @@ def measure_batch(gen, llm, model, fm, batch: tuple[int, int, int], args, seed: 
 
 
 def engine_modes(cfg) -> dict:
-    """How an engine runs its steps, as its resolved config says: the two differ here (speculators builds its
-    own config, eager), and each changes where a step's time goes."""
+    """How an engine runs its steps, as its resolved config says (speculators builds its own config, the plain
+    engine is vLLM's `LLM`): each setting changes where a step's time goes."""
     if cfg is None:
         return {}
     return {

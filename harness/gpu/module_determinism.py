@@ -2,10 +2,10 @@
 
 The GPU tier asks for the same batch twice to give the same states bit for bit. When it does not, the states only say
 that something in the forward is not deterministic; a report must say what. This records, in the worker, every call
-of each decoder layer's parts, down to the leaves (norms, projections, attention, the MLP's router gate, routed and
-shared experts): a digest of the call's tensor inputs and its output. Two runs of the same batch are then compared call by
-call: the first call whose inputs were equal but whose output was not is the module that broke determinism (every
-later difference may only be its consequence).
+of the token embedding and of each decoder layer's parts, down to the leaves (norms, projections, attention, the
+MLP's router gate, routed and shared experts): a digest of the call's tensor inputs and its output. Two runs of the
+same batch are then compared call by call: the first call whose inputs were equal but whose output was not is the
+module that broke determinism (every later difference may only be its consequence).
 
 The same comparison says why a prompt's states change with the rest of its batch: the prompt is run alone, then
 first in a batch (so its tokens are the forward's first rows in both runs), and only its rows are recorded
