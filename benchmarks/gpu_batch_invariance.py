@@ -13,8 +13,9 @@ extracted alone and compared with their rows in the batch, bit for bit. Recorded
 compared prompt was bitwise equal, the largest difference, and the median time of a call (the modes run one after
 the other, not paired: the cost is indicative). Results are written after every mode.
 
-A mode is `off`, `on`, or either with `-eager` (vLLM's enforce_eager: no torch.compile, no CUDA graphs). What each
-worker ran with is recorded (whether vLLM's batch-invariant switch is on there, the cuBLAS workspace settings, the
+A mode is `off`, `on` (vLLM's switch only), `on-norm` (`Options(batch_invariant=True)`: the switch, and the harness's
+residual norm where vLLM's depends on the batch, harness.runtime.batch_invariant_norm), each also with `-eager`
+(vLLM's enforce_eager: no torch.compile, no CUDA graphs). What each worker ran with is recorded (whether vLLM's batch-invariant switch is on there, the cuBLAS workspace settings, the
 compilation mode). For the first `--diagnose` calls of a mode where a prompt alone differed from its rows in the
 batch, harness.gpu.module_determinism.alone_vs_batch names the first module whose rows for that prompt changed on
 equal input rows: the module that made the states depend on the batch.
@@ -104,7 +105,8 @@ def run_mode(model, mode: str, plan, alone: int, args) -> dict:
     from harness.gpu import module_determinism
     from harness.runtime.generator import HarnessGenerator, Options
 
-    if mode.split("-")[0] == "on":
+    harness_option = "norm" in mode.split("-")  # Options(batch_invariant=True) sets the switch and probes the norm
+    if mode.split("-")[0] == "on" and not harness_option:
         os.environ[MODE_ENV] = "1"
     else:
         os.environ.pop(MODE_ENV, None)
@@ -112,7 +114,7 @@ def run_mode(model, mode: str, plan, alone: int, args) -> dict:
     out = {
         "mode": mode,
         "env": {MODE_ENV: os.environ.get(MODE_ENV)},
-        "enforce_eager": mode.endswith("-eager"),
+        "enforce_eager": "eager" in mode.split("-"),
         "calls": [],
     }
     try:
@@ -122,7 +124,10 @@ def run_mode(model, mode: str, plan, alone: int, args) -> dict:
             max_model_len=args.max_model_len,
             gpu_memory_utilization=args.share,
             options=Options(
-                dtype=args.dtype, attention_backend=args.attention_backend or None, enforce_eager=out["enforce_eager"]
+                dtype=args.dtype,
+                attention_backend=args.attention_backend or None,
+                enforce_eager=out["enforce_eager"],
+                batch_invariant=harness_option,
             ),
         )
     except Exception as exc:  # a mode vLLM refuses for this model is a result: why, in vLLM's words
@@ -130,6 +135,9 @@ def run_mode(model, mode: str, plan, alone: int, args) -> dict:
         print(mode, json.dumps({"start_error": out["start_error"]}), flush=True)
         return out
     out["start_s"] = round(time.perf_counter() - t0, 1)
+    if harness_option:
+        out["norm"] = gen.batch_invariance[0]
+        print(mode, json.dumps({"norm": out["norm"]}), flush=True)
     out["worker"] = gen.real_executor.collective_rpc("_harness_call", args=(worker_mode,))[0]
     print(mode, json.dumps({"worker": out["worker"]}), flush=True)
     rng = random.Random(args.seed + 1)
@@ -176,7 +184,7 @@ def main() -> int:
     p.add_argument("--shape", default="llama1b4", help="a shape of benchmarks/gpu_shapes.py or a fixture")
     p.add_argument("--calls", type=int, default=60)
     p.add_argument("--alone", type=int, default=3, help="prompts of each call also extracted alone and compared")
-    p.add_argument("--modes", default="off,on", help="comma-separated: off, on, off-eager, on-eager")
+    p.add_argument("--modes", default="off,on", help="comma-separated: off, on, on-norm; each with -eager too")
     p.add_argument("--diagnose", type=int, default=0, help="calls per mode whose alone-vs-batch difference is traced")
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--max-model-len", type=int, default=3072)

@@ -7,13 +7,14 @@ MLP's router gate, routed and shared experts): a digest of the call's tensor inp
 same batch are then compared call by call: the first call whose inputs were equal but whose output was not is the
 module that broke determinism (every later difference may only be its consequence).
 
-The same comparison says why a prompt's states change with the rest of its batch: the prompt is run alone, then
-first in a batch (so its tokens are the forward's first rows in both runs), and only its rows are recorded
-(`rows`); the first module whose rows changed on equal input rows is the one that made the states depend on the
-batch.
+The same comparison says why a prompt's states change with the rest of its batch: the prompt is run alone, then in
+a batch, and only its rows are recorded (the embedding finds them by the prompt's token ids: a runner may place a
+prompt anywhere in its batch); the first module whose rows changed on equal input rows is the one that made the
+states depend on the batch. Inputs are digested before each call, outputs after it: a module that writes into its
+inputs (vLLM's fused residual-add norms do) is judged on the inputs it was given.
 
-    install(worker, rows=None) -> hooks on the model in that worker (through the generator's `_harness_call` RPC);
-                        with `rows`, each tensor is cut to its first `rows` rows before it is digested
+    install(worker, rows=None, prompt=None) -> hooks on the model in that worker (through the generator's
+                        `_harness_call` RPC); with `rows` or `prompt`, each row tensor is cut to those rows (`Window`)
     collect(worker)   -> the calls recorded since install kept in the worker, hooks removed; how many
     compare(worker)   -> first_divergence of the last two recordings, computed there (no tensors cross the RPC)
     first_divergence(a, b) -> the culprit (pure; unit-tested on CPU)
@@ -26,8 +27,8 @@ from typing import Any
 
 #: What makes a module a decoder layer (vLLM's names across model families); every part below one is recorded.
 LAYER_PARTS = ("self_attn", "mlp")
-#: The token embedding (vLLM's name across model families), watched too: in a comparison of a prompt alone against
-#: the prompt in a batch, equal inputs there say the prompt's tokens were the batch's first rows.
+#: The token embedding (vLLM's name across model families), watched too: its input ids say where a prompt's rows are
+#: in each forward (`Window.locate`).
 EMBEDDING = "embed_tokens"
 #: Output tensors kept whole (on the host) for at most this many calls; later calls keep only their digest.
 KEEP_TENSORS = 64
@@ -77,51 +78,94 @@ def _called(module) -> bool:
     return not isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict))
 
 
-def first_rows(value, rows: int | None):
-    """`value` with every tensor of at least `rows` rows cut to its first `rows` (all of it where `rows` is None)."""
-    import torch
+class Window:
+    """Which rows of each forward are recorded: all of them; the first `rows`; or, given the prompt's token ids,
+    wherever the token embedding finds them in the forward's input ids (a batch's runner may place a prompt
+    anywhere among its rows). A forward whose ids do not hold the prompt is not recorded."""
 
-    if rows is None:
+    def __init__(self, rows: int | None = None, prompt: list[int] | None = None):
+        self.prompt = list(prompt) if prompt is not None else None
+        self.rows = len(self.prompt) if self.prompt is not None else rows
+        self.start: int | None = 0
+        self.tokens: int | None = None  # the forward's row count, where the embedding saw it
+
+    def locate(self, ids) -> None:
+        """(The embedding's pre-hook.) Where the prompt's ids start in this forward's `ids`; None where absent."""
+        import torch
+
+        if self.prompt is None or not isinstance(ids, torch.Tensor) or ids.dim() != 1:
+            return
+        self.tokens = ids.shape[0]
+        n = len(self.prompt)
+        if n > ids.shape[0]:
+            self.start = None
+            return
+        pattern = torch.tensor(self.prompt, dtype=ids.dtype, device=ids.device)
+        hits = (ids.unfold(0, n, 1) == pattern).all(dim=1).nonzero()
+        self.start = int(hits[0]) if hits.numel() else None
+
+    @property
+    def recording(self) -> bool:
+        return self.start is not None
+
+    def cut(self, value):
+        """`value` with each of its row tensors cut to the window (a tensor is a row tensor where its first dimension
+        is the forward's row count, or, that unknown, at least the window's end)."""
+        import torch
+
+        if self.rows is None or self.start is None:
+            return value
+        if isinstance(value, torch.Tensor):
+            end = self.start + self.rows
+            rowed = value.dim() and (value.shape[0] == self.tokens if self.tokens else value.shape[0] >= end)
+            return value[self.start : end] if rowed else value
+        if isinstance(value, (list, tuple)):
+            return [self.cut(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.cut(v) for k, v in value.items()}
         return value
-    if isinstance(value, torch.Tensor):
-        return value[:rows] if value.dim() and value.shape[0] >= rows else value
-    if isinstance(value, (list, tuple)):
-        return [first_rows(v, rows) for v in value]
-    if isinstance(value, dict):
-        return {k: first_rows(v, rows) for k, v in value.items()}
-    return value
 
 
-def record_into(calls: list, name: str, module, rows: int | None = None):
-    """A forward hook that appends (name, class, input digest, output digest, output kept or None) to `calls`;
-    with `rows`, of the first `rows` rows of each tensor only."""
+def record_into(calls: list, name: str, module, window: Window | None = None):
+    """Hooks that append (name, class, input digest, output digest, output kept or None) to `calls` for each call of
+    `module`, of the window's rows only. The inputs are digested before the call: vLLM's fused norms write their
+    result into their inputs, so digested after it they would look changed by the module itself."""
+    window = window or Window()
+    pending: list = []  # inputs' digests of the calls under way (a module may be re-entered)
 
-    def hook(mod, args, kwargs, output):
-        args, kwargs, output = first_rows(args, rows), first_rows(kwargs, rows), first_rows(output, rows)
-        outs = _tensors(output)
+    def before(mod, args, kwargs):
+        if name.rsplit(".", 1)[-1] == EMBEDDING and args:
+            window.locate(args[0])
+        pending.append(digest(window.cut((args, kwargs))) if window.recording else None)
+
+    def after(mod, args, kwargs, output):
+        inputs = pending.pop()
+        if inputs is None:
+            return
+        outs = _tensors(window.cut(output))
         kept = [t.detach().float().cpu() for t in outs] if len(calls) < KEEP_TENSORS else None
         calls.append(
-            {
-                "module": name,
-                "class": type(mod).__name__,
-                "inputs": digest((args, kwargs)),
-                "output": digest(output),
-                "kept": kept,
-            }
+            {"module": name, "class": type(mod).__name__, "inputs": inputs, "output": digest(outs), "kept": kept}
         )
 
-    return module.register_forward_hook(hook, with_kwargs=True)
+    return [
+        module.register_forward_pre_hook(before, with_kwargs=True),
+        module.register_forward_hook(after, with_kwargs=True),
+    ]
 
 
-def install(worker, rows: int | None = None) -> int:
-    """(Runs on a worker.) Hooks on its model's watched modules (recording the first `rows` rows); returns how many."""
+def install(worker, rows: int | None = None, prompt: list[int] | None = None) -> int:
+    """(Runs on a worker.) Hooks on its model's watched modules, recording the first `rows` rows, or the rows where
+    the embedding finds `prompt`'s token ids; returns how many modules."""
     from harness.gpu.tier import loaded_model
 
     model = loaded_model(worker)
     calls: list = []
-    handles = [record_into(calls, name, module, rows) for name, module in modules_to_watch(model)]
+    window = Window(rows, prompt)
+    watched = modules_to_watch(model)
+    handles = [h for name, module in watched for h in record_into(calls, name, module, window)]
     worker._harness_determinism = (calls, handles)
-    return len(handles)
+    return len(watched)
 
 
 def collect(worker) -> int:
@@ -195,14 +239,13 @@ def diagnose(generator, prompts) -> dict:
 
 
 def alone_vs_batch(generator, prompt: list[int], others: list[list[int]]) -> dict:
-    """Why `prompt`'s states change with its batch: it runs alone, then first in `prompt + others`, with only its
-    rows recorded in rank 0's model, and `first_divergence` of the two first forwards names the first module whose
-    rows changed on equal input rows. `first_inputs_equal` False means the prompt's rows were not the batch's first
-    (the comparison then names nothing)."""
+    """Why `prompt`'s states change with its batch: it runs alone, then in `prompt + others`, with only its rows
+    recorded in rank 0's model (found by its token ids in each forward), and `first_divergence` of the two first
+    forwards that held it names the first module whose rows changed on equal input rows."""
     view = generator.real_executor
     rows = len(prompt)
     for batch in ([prompt], [prompt, *others]):
-        watched = view.collective_rpc("_harness_call", args=(install, rows))[0]
+        watched = view.collective_rpc("_harness_call", args=(install, None, list(prompt)))[0]
         try:
             generator.generate(batch)
         finally:

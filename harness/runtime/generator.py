@@ -90,6 +90,10 @@ class Options:
     #: vLLM's enforce_eager: no torch.compile and no CUDA graphs (what batch-invariant extraction is measured with
     #: besides vLLM's default; benchmarks/gpu_batch_invariance.py).
     enforce_eager: bool = False
+    #: A prompt's states independent of the rest of its batch: vLLM's batch-invariant mode (`VLLM_BATCH_INVARIANT=1`
+    #: for the engine's workers) and, where its residual norm still depends on the batch, the harness's
+    #: (harness.runtime.batch_invariant_norm). CUDA only; the start fails where the workers end up without it.
+    batch_invariant: bool = False
 
 
 def options_for(model, **overrides) -> Options:
@@ -241,14 +245,14 @@ class HarnessGenerator:
         check_weights(model_path)
         if options.load_format is None and load_format_of(model_path):
             options = dataclasses.replace(options, load_format=load_format_of(model_path))
-        _check_devices(tensor_parallel_size, options.states_on)
+        _check_devices(tensor_parallel_size, options.states_on, options.batch_invariant)
         self.state = ShimState(disabled=frozenset(disable), rpc_timeout_s=rpc_timeout_s)
         self._finalizer = weakref.finalize(self, _shutdown_all, self.state)
         atexit.register(self._finalizer)
         cls = generator_class(self.state, options)
         started = time.perf_counter()
         try:
-            with zmq_contexts.track(self.state.zmq_contexts, self.state.monitors):
+            with zmq_contexts.track(self.state.zmq_contexts, self.state.monitors), _mode_env(options):
                 self.spec = cls(str(model_path), layer_ids, max_model_len, gpu_memory_utilization, tensor_parallel_size)
         except BaseException:
             self.close()
@@ -265,9 +269,20 @@ class HarnessGenerator:
             self.refused = contracts.refusal(self)
             if options.states_on == "device":  # then every worker's hand-off goes into its own GPU
                 self.executor_view.collective_rpc("_harness_set_transport", args=("device",))
+            #: Per worker, what `Options(batch_invariant=True)` found and engaged (harness.runtime.batch_invariant_norm).
+            self.batch_invariance = self._batch_invariance() if options.batch_invariant else None
         except BaseException:
             self.close()
             raise
+
+    def _batch_invariance(self) -> list[dict]:
+        from harness.runtime import batch_invariant_norm
+
+        found = self.real_executor.collective_rpc("_harness_call", args=(batch_invariant_norm.engage,))
+        failing = [f for f in found if not f.get("engaged")]
+        if failing:
+            raise RuntimeError(f"batch_invariant: a worker's states would still depend on the batch: {failing[0]}")
+        return found
 
     # -- the objects the contracts probe ----------------------------------------------------------
     @property
@@ -343,15 +358,40 @@ class HarnessGenerator:
 
 
 STATES_ON = ("host", "device")
+#: The variable vLLM's workers read to switch their batch-invariant kernels on.
+BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 
 
-def _check_devices(tensor_parallel_size: int, states_on: str = "host") -> None:
+@contextlib.contextmanager
+def _mode_env(options: Options):
+    """vLLM's batch-invariant switch in the environment while the engine starts (its workers read it there) where
+    the options ask for it; the environment as it was afterwards."""
+    if not options.batch_invariant:
+        yield
+        return
+    before = os.environ.get(BATCH_INVARIANT_ENV)
+    os.environ[BATCH_INVARIANT_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(BATCH_INVARIANT_ENV, None)
+        else:
+            os.environ[BATCH_INVARIANT_ENV] = before
+
+
+def _check_devices(tensor_parallel_size: int, states_on: str = "host", batch_invariant: bool = False) -> None:
     if tensor_parallel_size < 1:
         raise HarnessInputError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
     if states_on not in STATES_ON:
         raise HarnessInputError(f"states_on must be one of {', '.join(STATES_ON)}, got {states_on!r}")
     from vllm.platforms import current_platform
 
+    if batch_invariant and current_platform.device_type != "cuda":
+        raise HarnessInputError(
+            f"batch_invariant needs vLLM on CUDA (its batch-invariant kernels are Triton on the GPU); "
+            f"this vLLM runs on {current_platform.device_type}"
+        )
     if states_on == "device" and current_platform.device_type != "cuda":
         raise HarnessInputError(
             f"states_on='device' needs vLLM on CUDA; this vLLM runs on {current_platform.device_type}"

@@ -63,6 +63,16 @@ def test_states_on_a_device_this_vllm_lacks_is_refused_before_start(states_on, s
     assert time.monotonic() - t0 < 5
 
 
+def test_batch_invariant_extraction_on_a_cpu_vllm_is_refused_before_start(runs):
+    """`Options(batch_invariant=True)` needs vLLM's batch-invariant kernels, which run on the GPU
+    (harness.runtime.batch_invariant_norm): a CPU vLLM says so in one line and starts nothing."""
+    t0 = time.monotonic()
+    with pytest.raises(HarnessInputError, match=r"batch_invariant needs vLLM on CUDA .*; this vLLM runs on cpu"):
+        HarnessGenerator(runs(LLAMA).model.path, [1], options=Options(batch_invariant=True))
+    assert time.monotonic() - t0 < 5
+    assert "VLLM_BATCH_INVARIANT" not in os.environ
+
+
 def test_a_worker_without_cuda_refuses_the_device_hand_off_and_keeps_its_own(runs):
     """Asked for the device hand-off (harness.runtime.device_hand_off), a CPU worker says why and goes on handing
     the states over as before: the next batch's states arrive on the host, through the streamed hand-off."""

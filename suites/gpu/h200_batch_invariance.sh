@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # benchmarks/gpu_batch_invariance.py on the GPU machine: a prompt alone against the same prompt in random batches,
 # with vLLM's batch-invariant mode and without. After call 1 of a bundle (see h200_env.sh); carry the bundle's
-# other parts and .whl. MODES (default on,off; also on-eager, off-eager), CALLS (60), SHAPE (llama1b4), DIAGNOSE (0:
-# calls per mode whose alone-vs-batch difference is traced to a module); the result in $OUT/gpu/.
+# other parts and .whl. MODES (default on,off; also on-norm, and each with -eager), CALLS (60), SHAPE (llama1b4),
+# DIAGNOSE (0: calls per mode whose alone-vs-batch difference is traced to a module); the result in $OUT/gpu/.
 set -uo pipefail
 . suites/gpu/h200_env.sh
 name="$(date +%F)-batch-invariance-${SHAPE:-llama1b4}-$VLLM_TAG"

@@ -78,6 +78,7 @@ def test_hooks_are_removed_after_collect():
     md.install(worker)
     md.collect(worker)
     assert not model.self_attn._forward_hooks and not model.mlp.experts._forward_hooks
+    assert not model.self_attn._forward_pre_hooks
 
 
 def test_the_canonical_marlin_order_is_one_layout_per_routing():
@@ -164,9 +165,19 @@ def test_the_prompts_rows_name_the_module_that_depends_on_the_batch():
 
 def test_rows_cut_only_tensors_long_enough_and_keep_containers():
     x, short = torch.arange(12).reshape(6, 2), torch.arange(2)
-    cut = md.first_rows({"a": (x, short), "b": 3}, 4)
+    cut = md.Window(4).cut({"a": (x, short), "b": 3})
     assert torch.equal(cut["a"][0], x[:4]) and torch.equal(cut["a"][1], short) and cut["b"] == 3
-    assert md.first_rows(x, None) is x
+    assert md.Window(None).cut(x) is x
+
+
+def test_a_prompts_rows_are_found_by_its_token_ids_wherever_the_batch_puts_them():
+    window = md.Window(prompt=[3, 4, 5])
+    window.locate(torch.tensor([9, 3, 4, 9, 3, 4, 5, 1]))
+    x = torch.arange(16).reshape(8, 2)
+    assert window.recording and torch.equal(window.cut(x), x[4:7])
+    assert torch.equal(window.cut(torch.arange(3)), torch.arange(3))  # not a row tensor of this forward: kept whole
+    window.locate(torch.tensor([3, 4, 9, 9]))
+    assert not window.recording
 
 
 class NormedLayer(Layer):
@@ -193,22 +204,66 @@ class Embedded(torch.nn.Module):
         return self.layers(self.embed_tokens(ids))
 
 
-def test_the_embedding_says_whether_the_prompt_was_first_in_its_batch():
+def test_the_prompt_is_compared_on_its_own_rows_wherever_it_sits_in_the_batch():
     torch.manual_seed(0)
     model = Embedded(16)
     worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
     prompt, other = torch.tensor([3, 4, 5]), torch.tensor([9, 9])
-    for first_in_batch in (True, False):
-        batch = torch.cat([prompt, other] if first_in_batch else [other, prompt])
+    for batch in (torch.cat([prompt, other]), torch.cat([other, prompt]), torch.cat([other, prompt, other])):
         for ids in (prompt, batch):
-            watched = md.install(worker, rows=len(prompt))
+            watched = md.install(worker, prompt=prompt.tolist())
             with torch.no_grad():
                 model(ids)
             md.collect(worker)
         found = md.compare(worker, watched)
         assert watched == 1 + 8 and found["calls"] == watched
-        assert found["first_inputs_equal"] is first_in_batch
-        assert (found["differing"] == 0) is first_in_batch
+        assert found["first_inputs_equal"] and found["differing"] == 0
+
+
+def test_a_forward_without_the_prompt_is_not_recorded():
+    model = Embedded(8)
+    worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
+    md.install(worker, prompt=[3, 4, 5])
+    with torch.no_grad():
+        model(torch.tensor([9, 9, 3, 4]))
+    assert md.collect(worker) == 0
+
+
+class InPlaceBatchNorm(torch.nn.Module):
+    """Like vLLM's fused residual-add RMSNorm: writes its result into its inputs and returns them; here the result
+    depends on the other rows too."""
+
+    def forward(self, x, residual):
+        residual.add_(x)
+        x.copy_(residual - 1e-3 * residual.mean(0, keepdim=True))
+        return x, residual
+
+
+class FusedNormLayer(Layer):
+    def __init__(self, width: int):
+        super().__init__(width, False)
+        self.post_attention_layernorm = InPlaceBatchNorm()
+
+    def forward(self, x):
+        h, residual = self.post_attention_layernorm(self.self_attn(x), x.clone())
+        return residual + self.mlp(h)
+
+
+def test_a_module_writing_into_its_inputs_is_judged_on_the_inputs_it_was_given():
+    """Digested after the call, the fused norm's inputs would hold its own result and look 'already different':
+    nothing would be named. Digested before it, the norm is named."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(Layer(16, False), FusedNormLayer(16))
+    worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
+    prompt = torch.randn(4, 16)
+    for batch in (prompt, torch.cat([prompt, torch.randn(3, 16)])):
+        watched = md.install(worker, rows=len(prompt))
+        with torch.no_grad():
+            model(batch)
+        md.collect(worker)
+    found = md.compare(worker, watched)
+    assert found["culprit"]["module"] == "1.post_attention_layernorm"
+    assert found["culprit"]["class"] == "InPlaceBatchNorm" and found["culprit"]["max_abs_diff"] > 0
 
 
 def test_a_norm_between_the_blocks_is_named_not_the_block_after_it():
