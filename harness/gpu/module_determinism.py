@@ -132,9 +132,10 @@ def record_into(calls: list, name: str, module, window: Window | None = None):
     result into their inputs, so digested after it they would look changed by the module itself."""
     window = window or Window()
     pending: list = []  # inputs' digests of the calls under way (a module may be re-entered)
+    embedding = name.rsplit(".", 1)[-1] == EMBEDDING
 
     def before(mod, args, kwargs):
-        if name.rsplit(".", 1)[-1] == EMBEDDING and args:
+        if embedding and args:
             window.locate(args[0])
         pending.append(digest(window.cut((args, kwargs))) if window.recording else None)
 

@@ -143,7 +143,11 @@ def _alone_then_first_in_batch(dependent_layer: int | None, others: int) -> dict
     layers = [Layer(16, False) for _ in range(3)]
     if dependent_layer is not None:
         layers[dependent_layer].mlp.shared_experts = BatchMean()
-    model = torch.nn.Sequential(*layers)
+    return _prompt_alone_then_first(torch.nn.Sequential(*layers), others)
+
+
+def _prompt_alone_then_first(model, others: int = 3) -> dict:
+    """A 4-row prompt through `model` alone, then first in a batch with `others` rows more, only its rows recorded."""
     worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
     prompt = torch.randn(4, 16)
     for batch in (prompt, torch.cat([prompt, torch.randn(others, 16)])):
@@ -253,15 +257,7 @@ def test_a_module_writing_into_its_inputs_is_judged_on_the_inputs_it_was_given()
     """Digested after the call, the fused norm's inputs would hold its own result and look 'already different':
     nothing would be named. Digested before it, the norm is named."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(Layer(16, False), FusedNormLayer(16))
-    worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
-    prompt = torch.randn(4, 16)
-    for batch in (prompt, torch.cat([prompt, torch.randn(3, 16)])):
-        watched = md.install(worker, rows=len(prompt))
-        with torch.no_grad():
-            model(batch)
-        md.collect(worker)
-    found = md.compare(worker, watched)
+    found = _prompt_alone_then_first(torch.nn.Sequential(Layer(16, False), FusedNormLayer(16)))
     assert found["culprit"]["module"] == "1.post_attention_layernorm"
     assert found["culprit"]["class"] == "InPlaceBatchNorm" and found["culprit"]["max_abs_diff"] > 0
 
@@ -270,14 +266,6 @@ def test_a_norm_between_the_blocks_is_named_not_the_block_after_it():
     """The difference appears between the attention block's output and the MLP's input: the norm there is named,
     where watching the two blocks only would have said 'the MLP's inputs already differed'."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(Layer(16, False), NormedLayer(16, BatchMean()))
-    worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
-    prompt = torch.randn(4, 16)
-    for batch in (prompt, torch.cat([prompt, torch.randn(3, 16)])):
-        watched = md.install(worker, rows=len(prompt))
-        with torch.no_grad():
-            model(batch)
-        md.collect(worker)
-    found = md.compare(worker, watched)
+    found = _prompt_alone_then_first(torch.nn.Sequential(Layer(16, False), NormedLayer(16, BatchMean())))
     assert found["culprit"]["module"] == "1.post_attention_layernorm" and found["culprit"]["class"] == "BatchMean"
     assert found["first_differing"]["module"] == "1.post_attention_layernorm"
