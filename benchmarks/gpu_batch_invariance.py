@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-MODE_ENV = "VLLM_BATCH_INVARIANT"
+from harness.runtime.batch_invariant_norm import MODE_ENV  # noqa: E402 - after the path set-up above
 
 
 def call_plan(seed: int, calls: int, vocab: int, longest: int, max_prompts: int = 48) -> list[list[list[int]]]:

@@ -21,8 +21,12 @@ model's own rows differed, so such a probe cannot say the replacement is not nee
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 
+#: The variable vLLM's workers read to switch their batch-invariant kernels on.
+MODE_ENV = "VLLM_BATCH_INVARIANT"
 #: Where vLLM's RMSNorm looks the batch-invariant norm up (a module global) and its name.
 LAYERNORM_MODULE = "vllm.model_executor.layers.layernorm"
 NORM = "rms_norm_batch_invariant"
@@ -60,3 +64,31 @@ def engage(worker=None) -> dict:
     if not getattr(current, "_harness_invariant", False):
         setattr(module, NORM, invariant_residual_norm(current))
     return {"engaged": True, "where": f"{LAYERNORM_MODULE}.{NORM}"}
+
+
+@contextlib.contextmanager
+def mode_env(enabled: bool):
+    """vLLM's batch-invariant switch in the environment while an engine starts (its workers read it there), where
+    `enabled`; the environment as it was afterwards."""
+    if not enabled:
+        yield
+        return
+    before = os.environ.get(MODE_ENV)
+    os.environ[MODE_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(MODE_ENV, None)
+        else:
+            os.environ[MODE_ENV] = before
+
+
+def engage_all(executor) -> list[dict]:
+    """`engage` in every worker of a started engine (vLLM's executor); what each found. Raises where one could not:
+    its states would still depend on the batch."""
+    found = executor.collective_rpc("_harness_call", args=(engage,))
+    failing = [f for f in found if not f.get("engaged")]
+    if failing:
+        raise RuntimeError(f"batch_invariant: a worker's states would still depend on the batch: {failing[0]}")
+    return found

@@ -29,6 +29,7 @@ from harness import contracts
 from harness.contracts import chunkedprefill
 from harness.contracts.base import Attach
 from harness.runtime import fast_path, transport, zmq_contexts
+from harness.runtime.batch_invariant_norm import engage_all, mode_env
 from harness.runtime.executor_view import ExecutorView
 from harness.runtime.inputs import (
     HarnessInputError,
@@ -252,7 +253,7 @@ class HarnessGenerator:
         cls = generator_class(self.state, options)
         started = time.perf_counter()
         try:
-            with zmq_contexts.track(self.state.zmq_contexts, self.state.monitors), _mode_env(options):
+            with zmq_contexts.track(self.state.zmq_contexts, self.state.monitors), mode_env(options.batch_invariant):
                 self.spec = cls(str(model_path), layer_ids, max_model_len, gpu_memory_utilization, tensor_parallel_size)
         except BaseException:
             self.close()
@@ -270,19 +271,10 @@ class HarnessGenerator:
             if options.states_on == "device":  # then every worker's hand-off goes into its own GPU
                 self.executor_view.collective_rpc("_harness_set_transport", args=("device",))
             #: Per worker, what `Options(batch_invariant=True)` found and engaged (harness.runtime.batch_invariant_norm).
-            self.batch_invariance = self._batch_invariance() if options.batch_invariant else None
+            self.batch_invariance = engage_all(self.real_executor) if options.batch_invariant else None
         except BaseException:
             self.close()
             raise
-
-    def _batch_invariance(self) -> list[dict]:
-        from harness.runtime import batch_invariant_norm
-
-        found = self.real_executor.collective_rpc("_harness_call", args=(batch_invariant_norm.engage,))
-        failing = [f for f in found if not f.get("engaged")]
-        if failing:
-            raise RuntimeError(f"batch_invariant: a worker's states would still depend on the batch: {failing[0]}")
-        return found
 
     # -- the objects the contracts probe ----------------------------------------------------------
     @property
@@ -358,26 +350,6 @@ class HarnessGenerator:
 
 
 STATES_ON = ("host", "device")
-#: The variable vLLM's workers read to switch their batch-invariant kernels on.
-BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
-
-
-@contextlib.contextmanager
-def _mode_env(options: Options):
-    """vLLM's batch-invariant switch in the environment while the engine starts (its workers read it there) where
-    the options ask for it; the environment as it was afterwards."""
-    if not options.batch_invariant:
-        yield
-        return
-    before = os.environ.get(BATCH_INVARIANT_ENV)
-    os.environ[BATCH_INVARIANT_ENV] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(BATCH_INVARIANT_ENV, None)
-        else:
-            os.environ[BATCH_INVARIANT_ENV] = before
 
 
 def _check_devices(tensor_parallel_size: int, states_on: str = "host", batch_invariant: bool = False) -> None:

@@ -5,6 +5,8 @@ benchmark (docs/performance.md)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from harness.runtime.batch_invariant_norm import invariant_residual_norm
@@ -56,3 +58,18 @@ def test_a_rows_result_depends_on_its_batch_with_the_fused_kind_and_not_with_the
     assert not torch.equal(alone[0], among[0])  # the reduction order followed the row count
     alone, among = _alone_and_among(invariant_residual_norm(rows_norm))
     assert torch.equal(alone[0], among[0]) and torch.equal(alone[1], among[1])
+
+
+def test_the_switch_is_set_for_the_start_only_and_the_environment_restored(monkeypatch):
+    from harness.runtime.batch_invariant_norm import MODE_ENV, mode_env
+
+    monkeypatch.delenv(MODE_ENV, raising=False)
+    with mode_env(True):
+        assert os.environ[MODE_ENV] == "1"
+    assert MODE_ENV not in os.environ
+    monkeypatch.setenv(MODE_ENV, "0")
+    with pytest.raises(RuntimeError), mode_env(True):  # a start that fails restores it too
+        raise RuntimeError("start failed")
+    assert os.environ[MODE_ENV] == "0"
+    with mode_env(False):
+        assert os.environ[MODE_ENV] == "0"
