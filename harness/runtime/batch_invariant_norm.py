@@ -1,4 +1,5 @@
-"""A residual-add RMSNorm that is batch invariant, for `Options(batch_invariant=True)` (harness.runtime.generator).
+"""`Options(batch_invariant=True)` (harness.runtime.generator): vLLM's batch-invariant mode for the engine's workers,
+and a residual-add RMSNorm that is batch invariant in place of the one that mode still runs.
 
 With `VLLM_BATCH_INVARIANT=1`, vLLM sends every RMSNorm through `rms_norm_batch_invariant`; since vllm-project/vllm
 #40413 (and #42453, which moved the branch into that function) the residual-add case calls the fused CUDA kernel
