@@ -91,10 +91,9 @@ class Options:
     #: vLLM's enforce_eager: no torch.compile and no CUDA graphs (what batch-invariant extraction is measured with
     #: besides vLLM's default; benchmarks/gpu_batch_invariance.py).
     enforce_eager: bool = False
-    #: A prompt's states independent of the rest of its batch: vLLM's batch-invariant mode (`VLLM_BATCH_INVARIANT=1`
-    #: for the engine's workers) and the harness's residual norm in place of the one that mode still runs, which
-    #: depends on the batch (harness.runtime.batch_invariant_norm). CUDA only; the start fails where a worker ends up
-    #: without either.
+    #: A prompt's states independent of the rest of its batch: vLLM's batch-invariant mode for the engine's workers
+    #: and the harness's residual norm in place of that mode's batch-dependent one (harness.runtime.
+    #: batch_invariant_norm). CUDA only; the start fails where a worker ends up without either.
     batch_invariant: bool = False
 
 
