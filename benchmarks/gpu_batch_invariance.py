@@ -14,9 +14,9 @@ compared prompt was bitwise equal, the largest difference, and the median time o
 the other, not paired: the cost is indicative). Results are written after every mode.
 
 A mode is `off`, `on` (vLLM's switch only), `on-norm` (`Options(batch_invariant=True)`: the switch, and the harness's
-residual norm where vLLM's depends on the batch, harness.runtime.batch_invariant_norm), each also with `-eager`
-(vLLM's enforce_eager: no torch.compile, no CUDA graphs). What each worker ran with is recorded (whether vLLM's batch-invariant switch is on there, the cuBLAS workspace settings, the
-compilation mode). For the first `--diagnose` calls of a mode where a prompt alone differed from its rows in the
+residual norm in place of vLLM's, harness.runtime.batch_invariant_norm), each also with `-eager` (vLLM's
+enforce_eager: no torch.compile, no CUDA graphs). What each worker ran with is recorded (whether vLLM's
+batch-invariant switch is on there, the cuBLAS workspace settings, the compilation mode). For the first `--diagnose` calls of a mode where a prompt alone differed from its rows in the
 batch, harness.gpu.module_determinism.alone_vs_batch names the first module whose rows for that prompt changed on
 equal input rows: the module that made the states depend on the batch.
 """
@@ -105,7 +105,7 @@ def run_mode(model, mode: str, plan, alone: int, args) -> dict:
     from harness.gpu import module_determinism
     from harness.runtime.generator import HarnessGenerator, Options
 
-    harness_option = "norm" in mode.split("-")  # Options(batch_invariant=True) sets the switch and probes the norm
+    harness_option = "norm" in mode.split("-")  # Options(batch_invariant=True) sets the switch and engages the norm
     if mode.split("-")[0] == "on" and not harness_option:
         os.environ[MODE_ENV] = "1"
     else:
