@@ -16,9 +16,10 @@ the other, not paired: the cost is indicative). Results are written after every 
 A mode is `off`, `on` (vLLM's switch only), `on-norm` (`Options(batch_invariant=True)`: the switch, and the harness's
 residual norm in place of vLLM's, harness.runtime.batch_invariant_norm), each also with `-eager` (vLLM's
 enforce_eager: no torch.compile, no CUDA graphs). What each worker ran with is recorded (whether vLLM's
-batch-invariant switch is on there, the cuBLAS workspace settings, the compilation mode). For the first `--diagnose` calls of a mode where a prompt alone differed from its rows in the
-batch, harness.gpu.module_determinism.alone_vs_batch names the first module whose rows for that prompt changed on
-equal input rows: the module that made the states depend on the batch.
+batch-invariant switch is on there, the cuBLAS workspace settings, the compilation mode). For the first
+`--diagnose` calls of a mode where a prompt alone differed from its rows in the batch,
+harness.gpu.module_determinism.alone_vs_batch names the first module whose rows for that prompt changed on equal
+input rows: the module that made the states depend on the batch.
 """
 
 from __future__ import annotations
