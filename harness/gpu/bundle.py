@@ -65,15 +65,26 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def pip_command() -> list[str]:
+    """How to run pip here: this interpreter's own where it has one, else pip run by uv in an isolated env (a
+    `uv venv` has no pip, and uv has no `pip download`). `pip download` with an explicit platform and Python
+    version does not depend on the interpreter that runs it."""
+    import importlib.util
+
+    if importlib.util.find_spec("pip") is not None:
+        return [sys.executable, "-m", "pip"]
+    if shutil.which("uv"):
+        return ["uv", "tool", "run", "--quiet", "pip"]
+    raise Refused("neither pip in this Python nor uv on PATH: `pip download` is how the bundle gets its wheels")
+
+
 def download(spec: list[str], dest: Path) -> None:
     """`pip download --no-deps` of exact pins for the device's interpreter and platform."""
     dest.mkdir(parents=True, exist_ok=True)
     plat = [a for p in PLATFORMS for a in ("--platform", p)]
     _run(
         [
-            sys.executable,
-            "-m",
-            "pip",
+            *pip_command(),
             "download",
             "-q",
             "--no-deps",

@@ -12,10 +12,13 @@ What is left to differ is of two kinds, both named here and nowhere else:
   (also printed as "N MiB" in its row's `measured` text; they move by tens of MiB between two runs on one
   machine). `without_timings()` drops exactly those, and on one machine two runs with the same verdicts agree on
   everything else (seen: three CI runs of vllm016 on one Xeon; two runs on one EPYC);
-- what the CPU's kernels decide: the last digits of the float32 differences against transformers
-  (`MACHINE_KEYS`, and the floats printed in an e2e row's `measured` text), and the CPU's name (`platform.cpu`). A run on another CPU (an EPYC instead of the Xeon a report was made on) differs there and
-  only there when its verdicts are the same. `comparable()` drops those too: two reports of one vLLM with the same
-  verdicts are `comparable`-equal on any x86 machine. The bounds the numbers are held to are kept.
+- what the CPU's kernels decide: every float measured from tensors (differences against transformers, bounds
+  derived from magnitudes, ratios: their last digits), and the CPU's name (`platform.cpu`). A run on another CPU
+  (an EPYC instead of the Xeon a report was made on) differs there and only there when its verdicts are the same.
+  `comparable()` drops those by kind of value, not by a list of keys (`machine_independent`): every float, and
+  every float literal inside text, is masked; strings, bools and integers (verdicts, counts) are kept. So two
+  reports of one vLLM with the same verdicts are `comparable`-equal on any x86 machine, and a contract added
+  tomorrow with float facts needs no entry here.
 `markdown_without_timings()` and `comparable_markdown()` do the same for `reports/<env>.md`.
 """
 
@@ -55,20 +58,36 @@ def without_timings(value):
     return value
 
 
-#: Numeric observations whose last digits the CPU decides (float32 kernels, the allocator), by key, at any depth.
-MACHINE_KEYS = frozenset({"max_abs_diff", "rel_diff", "max_diff_alone", "mean_diff_alone"})
-#: How those numbers print inside an e2e row's `measured` text and the Markdown: "3.19e-06".
-_MEASURED_NUMBER = re.compile(r"\b\d\.\d+e[-+]\d+\b")
+#: A float literal inside text ("3.19e-06", "2.3173744678497314", "-0.5"), never part of a dotted version or
+#: address ("0.16.0", "127.0.0.1"): what the machine-independent comparison masks in strings.
+_FLOAT_TEXT = re.compile(r"(?<![\d.])[-+]?\d+\.\d+(?:[eE][-+]?\d+)?(?![\d.])|(?<![\d.])\d+[eE][-+]\d+(?![\d.])")
+#: What a float becomes in the machine-independent comparison: its kind is kept, its digits are not.
+FLOAT = "<float>"
+
+
+def machine_independent(value):
+    """`value` (nested dicts, lists, scalars) with every float replaced by `FLOAT` and every float literal in its
+    strings by "<n>". The rule is by kind of value, not by key: a report's floats are measured from tensors
+    (differences, bounds, magnitudes, ratios) or from the clock, and another x86 CPU's kernels decide their last
+    digits, while every verdict is a string, a bool or an integer count, which are kept. So a new contract's
+    float facts need no registration here, and a verdict that changes is never masked."""
+    if isinstance(value, dict):
+        return {k: machine_independent(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [machine_independent(v) for v in value]
+    if isinstance(value, float):
+        return FLOAT
+    if isinstance(value, str):
+        return _FLOAT_TEXT.sub("<n>", value)
+    return value
 
 
 def comparable(rep: dict) -> dict:
-    """An env report without timings and without what the machine's CPU decides (see the module's docstring)."""
-    out = _drop_keys(without_timings(rep), MACHINE_KEYS)
+    """An env report without timings and without what the machine's CPU decides (see the module's docstring):
+    `machine_independent` of it, the CPU's name dropped."""
+    out = machine_independent(without_timings(rep))
     if isinstance(out.get("platform"), dict):
         out["platform"] = {k: v for k, v in out["platform"].items() if k != "cpu"}
-    for row in out.get("e2e") or []:
-        if isinstance(row.get("measured"), str):
-            row["measured"] = _MEASURED_NUMBER.sub("<n>", row["measured"])
     return out
 
 
@@ -96,17 +115,10 @@ _MD_CPU = re.compile(r"(, \d+ CPUs); .*\)\.$")
 
 
 def comparable_markdown(md: str) -> str:
-    """`markdown_without_timings`, with the CPU's name dropped and, in the end-to-end table, the numbers the CPU
-    decides masked (as `comparable`)."""
-    out, in_e2e = [], False
-    for line in markdown_without_timings(md).splitlines():
-        if line.startswith("## "):
-            in_e2e = line.startswith(_MD_E2E)
-        line = _MD_CPU.sub(r"\1).", line)
-        if in_e2e and line.startswith("| "):
-            line = _MEASURED_NUMBER.sub("<n>", line)
-        out.append(line)
-    return "\n".join(out) + "\n"
+    """`markdown_without_timings`, with the CPU's name dropped and every float literal masked (the rule of
+    `machine_independent`: what the CPU decides, wherever the page prints it)."""
+    lines = (_FLOAT_TEXT.sub("<n>", _MD_CPU.sub(r"\1).", line)) for line in markdown_without_timings(md).splitlines())
+    return "\n".join(lines) + "\n"
 
 
 # -- a checkout's reports against a commit --------------------------------------------------------------

@@ -163,3 +163,22 @@ def test_a_release_that_does_not_pin_the_device_s_torch_is_refused_in_one_line()
     assert bundle.torch_pin(["regex", "torch==2.13.0", "torchvision==0.28.0"]) == "2.13.0"
     assert bundle.torch_pin(['torch==2.11.0; extra == "x"']) is None
     assert bundle.main(["latest"]) == 2
+
+
+def test_the_downloader_runs_from_a_uv_venv_that_has_no_pip(tmp_path):
+    """A `uv venv` (what docs/getting-started.md creates) has no pip: the builder runs pip through uv there, and
+    the command it picks answers."""
+    import shutil
+
+    uv = shutil.which("uv")
+    assert uv, "uv is installed with tox-uv, the README's first command"
+    subprocess.run([uv, "venv", "-q", str(tmp_path / "venv")], check=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    probe = "import json; from harness.gpu import bundle; print(json.dumps(bundle.pip_command()))"
+    root = Path(bundle.__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True, env=env)
+    cmd = json.loads(out.stdout)
+    assert cmd[:3] == ["uv", "tool", "run"], cmd
+    said = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=300)
+    assert said.returncode == 0 and said.stdout.startswith("pip "), said.stderr

@@ -149,12 +149,12 @@ def test_the_page_escapes_what_the_reports_say(tmp_path):
 
 def _reproducible(value):
     """A merged matrix without what a re-run of an env changes: its timing fields, the benchmark (timings only),
-    memory peaks and the float32 digits the CPU decides (harness.reporting.stable says which)."""
+    memory peaks and every float (harness.reporting.stable.machine_independent: the CPU decides their digits)."""
     from harness.reporting import stable
 
     sums = frozenset({"benchmark", "slowest_env", "wall_s_total", "wall_s_fanned_out", "proofs_s_total"})
     value = stable._drop_keys(stable.without_timings(value), sums)
-    return stable.map_strings(value, lambda s: stable._MEASURED_NUMBER.sub("<n>", stable._MIB.sub("<n> MiB", s)))
+    return stable.machine_independent(stable.map_strings(value, lambda s: stable._MIB.sub("<n> MiB", s)))
 
 
 def test_the_committed_matrix_is_the_merge_of_the_committed_reports():

