@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.commands import refuse
 from harness.support.cli_text import INCOMPLETE, OBSERVED
-from harness.support.paths import CHECKOUT, SUITES, SUITES_BASE
+from harness.support.paths import CHECKOUT, REPORTS, SUITES, SUITES_BASE
 
 CPU_SUITES = SUITES["cpu"]
 #: The matrix's quick run: every contract probe, the end-to-end checks, the native-export cross-check and the
@@ -115,6 +115,11 @@ def cmd_run(args) -> int:
     except ValueError as e:
         return refuse(str(e))
     os.environ["HARNESS_JOBS"] = "1"  # the runs this run's own tests start (bad input) are one process each
+    if getattr(args, "complete", False):
+        narrowed = _rows_to_complete(args.env, args.pytest_args)
+        if isinstance(narrowed, int):
+            return narrowed
+        args.pytest_args = [*args.pytest_args, *narrowed]
     argv = suite_args(args.suites or (QUICK_SUITES if args.quick else CPU_SUITES))
     if argv is None:
         return refuse(NO_SUITES)
@@ -128,6 +133,44 @@ def cmd_run(args) -> int:
 
         print(observed_summary(rep))
     return exit_code(rc, rep)
+
+
+def _report_dir(pytest_args: list[str]) -> Path:
+    """Where the run's report goes: `--harness-report-dir` among the pytest arguments (either form), else reports/."""
+    for i, a in enumerate(pytest_args):
+        if a.startswith("--harness-report-dir="):
+            return Path(a.split("=", 1)[1])
+        if a == "--harness-report-dir" and i + 1 < len(pytest_args):
+            return Path(pytest_args[i + 1])
+    return REPORTS
+
+
+def _rows_to_complete(env: str, pytest_args: list[str]) -> list[str] | int:
+    """The pytest arguments narrowing a run to what the env's complete report lacks; an exit code where there is
+    nothing to run (0: the report lacks nothing) or nothing to complete (2: no complete report of this vLLM)."""
+    from harness import contracts
+    from harness.installed import versions
+    from harness.reporting.report import complete_run, read
+    from harness.testing import rows
+
+    path = _report_dir(pytest_args) / f"{env}.json"
+    try:
+        rep = read(path)
+    except (OSError, ValueError) as e:
+        return refuse(f"--complete needs the env's complete report to complete: cannot read {path} ({e})")
+    if not complete_run(rep):
+        return refuse(f"--complete: {path} is not the report of a complete run (run `tox -e {env}` first)")
+    if rep["versions"].get("vllm") != versions.vllm_version():
+        return refuse(
+            f"--complete: {path} is of vLLM {rep['versions'].get('vllm')}, the installed one is "
+            f"{versions.vllm_version()}"
+        )
+    wanted = rows.missing(rep, contracts.keys(), contracts.E2E_MODELS)
+    if not wanted:
+        print(f"harness: {path.name} lacks no row of the suite: nothing to complete", file=sys.stderr)
+        return 0
+    print(f"harness: completing {path.name}: {wanted.describe()}", file=sys.stderr)
+    return wanted.args()
 
 
 def exit_code(pytest_rc: int, rep: dict | None) -> int:
@@ -157,6 +200,13 @@ def add_run(sub) -> None:
     )
     r.add_argument("--suite", dest="suites", action="append", help="suite folder(s); default: the CPU suites")
     r.add_argument("--quick", action="store_true", help="contract probes and e2e only (the matrix's run)")
+    r.add_argument(
+        "--complete",
+        action="store_true",
+        help="row completion: run only the tests observing the rows reports/<env>.json lacks (contracts and tiny "
+        "models added since it was written); the matrix folds them into that build's column, each row marked with "
+        "this run and its machine",
+    )
     r.add_argument(
         "--jobs",
         default=os.environ.get("HARNESS_JOBS", "1"),

@@ -117,12 +117,15 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--dynamic",
         action="store_true",
-        help="also run the candidate's CPU env (tox -e vllmXYZ, minutes) and use what it observed",
+        help="decide by running the candidate (a version or a CPU wheel, file or URL): its CPU build installed "
+        "into an env of the gate's cache (made once), the suite narrowed to the rows that own what the reading "
+        "found (those contracts' probes and shim proofs, the extraction on tiny-llama); minutes, never REVIEW",
     )
     p.add_argument(
         "--use-reports",
         action="store_true",
-        help="use what an earlier run of the candidate's CPU env observed (reports/vllmXYZ.json)",
+        help="decide from the candidate's complete report in reports/ (the matrix's run of that build), the same "
+        "rows and rule as --dynamic, nothing run",
     )
     p.add_argument(
         "--model-config",
@@ -140,6 +143,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from harness import contracts
+    from harness.gate import observe
     from harness.gate.decide import verdict
 
     try:
@@ -179,8 +183,13 @@ def run(args) -> int:
 
         meta["model_config"] = {"file": Path(args.model_config).name, "sha256": checkpoint["sha256"]}
         coverage.attach_checkpoint_config(comparison.findings + comparison.carried, checkpoint["config"])
-    observed, why_not = _dynamic_answer(args, new_spec, new, meta)
-    gate = verdict.decide(old, new, comparison, contracts.ids(), entries, _dt.date.today(), observed, why_not, paths)
+    why_not = observe.NOT_REQUESTED if not (args.dynamic or args.use_reports) else "see the observation"
+    gate = verdict.decide(old, new, comparison, contracts.ids(), entries, _dt.date.today(), None, why_not, paths)
+    if args.dynamic or args.use_reports:
+        gate.meta = meta
+        obs = _observe(args, gate, new_spec, old)
+        verdict.apply_observation(gate, obs)
+        meta["timings"]["observe"] = obs.seconds
     meta["timings"]["total"] = round(time.perf_counter() - t0, 2)
     gate.meta = meta
     _write(gate, args)
@@ -259,22 +268,17 @@ def _read_both(args, old_spec, new_spec, meta: dict, t0: float) -> tuple:
     return old, new, entries, comparison, paths
 
 
-def _dynamic_answer(args, new_spec, new: str, meta: dict) -> tuple[dict | None, str]:
-    """What the candidate's own env observed (`--dynamic` runs it, `--use-reports` reads its report), and why
-    there is no such answer where there is none."""
-    from harness.gate.read import dynamic
+def _observe(args, gate, new_spec, old: str):
+    """The candidate observed on the rows that settle the reading: a targeted run (`--dynamic`), or its build's
+    complete report (`--use-reports`)."""
+    from harness.envs import sources
+    from harness.gate import observe
 
-    wanted = args.dynamic or args.use_reports
-    release = new_spec.kind == "version"  # a matrix env runs the released build of that number, not this file
-    if args.dynamic and release:
-        meta["dynamic_rc"] = dynamic.run_env(new)
-    if not wanted:
-        why_not = dynamic.NOT_REQUESTED
-    elif release:
-        why_not = dynamic.reason(new)
-    else:
-        why_not = f"the candidate is a {new_spec.kind}, not a release a matrix env installs: only the static check ran"
-    return (dynamic.dynamic_check(new) if wanted and release else None), why_not
+    if args.use_reports and not args.dynamic:
+        return observe.from_reports(gate, new_spec.label, old)
+    cache = sources.cache_root(args.cache_dir)
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731 - progress goes to stderr, the report to stdout
+    return observe.run(gate, new_spec.kind, new_spec.label, new_spec.location, old, cache, log)
 
 
 def _run_mutants(args) -> int:

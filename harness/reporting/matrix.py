@@ -83,8 +83,8 @@ def _judged(path: Path, report_dir: Path, env: str) -> tuple[dict, str, list, di
     if bench.is_file():
         rep["benchmark"] = json.loads(bench.read_text())
     status, gaps = judge(rep)
-    status, gaps = _predates(rep, status, gaps)
-    supplement = _supplement(rep, report_dir / f"{env}.incomplete.json")
+    supplement = fold_supplement(rep, report_dir / f"{env}.incomplete.json")
+    status, gaps = _predates(rep, status, gaps)  # after the supplement: the rows it observed are not missing
     if supplement and supplement["status"] != "pass" and status != "fail":
         status = supplement["status"]
         gaps = gaps + [dict(g, what="subset run: " + g["what"]) for g in supplement["gaps"]]
@@ -180,7 +180,7 @@ def _label_cpu_build_faults(rows: dict, ver: str, rep: dict) -> None:
             cell.update(outcome=NOT_ON_CPU, expected=NOT_ON_CPU, observed="broken", fault="vLLM's CPU build")
 
 
-def _supplement(rep: dict, path: Path) -> dict | None:
+def fold_supplement(rep: dict, path: Path) -> dict | None:
     """A deliberate subset run of the same build, newer than its complete report (`harness run --suite X` after
     that suite gained rows; it is written to <env>.incomplete.json beside the complete report): the rows it
     observed that the complete report lacks are added to `rep`, each marked with its run; a failing subset fails
@@ -197,10 +197,12 @@ def _supplement(rep: dict, path: Path) -> dict | None:
         or sub["generated_at"] <= rep["generated_at"]
     ):
         return None
-    status, gaps = judge(sub)
-    gaps = [g for g in gaps if g["kind"] != SUBSET]  # left out on purpose: that is what a subset is
-    run = f"subset run {sub['generated_at']}"
     have = {c["contract"] for c in rep["contracts"]}
+    # Left out on purpose: that is what a subset is; so are the rows the complete report observed.
+    status, gaps = judge(dict(sub, not_observed=[k for k in sub.get("not_observed") or [] if k not in have]))
+    gaps = [g for g in gaps if g["kind"] != SUBSET]
+    cpu = (sub.get("platform") or {}).get("cpu") or "a machine it did not record"
+    run = f"subset run {sub['generated_at']} on {cpu}"  # each added row's provenance: which run, which machine
     added = [dict(c, run=run) for c in sub["contracts"] if c["contract"] not in have]
     models = {e["model"] for e in rep.get("e2e", [])}
     added_e2e = [dict(e, run=run) for e in sub.get("e2e", []) if e["model"] not in models]
@@ -230,6 +232,7 @@ def _predates(rep: dict, status: str, gaps: list) -> tuple[str, list]:
         {
             "kind": "not observed",
             "what": "rows the suite has gained since this report was written: " + ", ".join(missing),
+            "action": f"observe them alone: HARNESS_RUN_ARGS=--complete tox -e {rep.get('env')}",
         }
     ]
     return ("incomplete" if status == "pass" else status), gaps
@@ -305,7 +308,11 @@ def _footnotes(m: dict) -> list[str]:
     partial = [c for c in cols if c["status"] == "incomplete"]
     if partial:
         lines += ["", "Incomplete (nothing failed, but not everything was observed):"]
-        lines += [f"- {c['version']}: " + "; ".join(g["what"] for g in c["incomplete"]) for c in partial]
+        lines += [
+            f"- {c['version']}: "
+            + "; ".join(g["what"] + (f" ({g['action']})" if g.get("action") else "") for g in c["incomplete"])
+            for c in partial
+        ]
     missing = [c for c in cols if c["status"] == "not runnable here"]
     if missing:
         lines += ["", "Not runnable here:"] + [f"- {c['version']}: {c['reason']}" for c in missing]

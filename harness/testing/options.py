@@ -17,6 +17,8 @@ def pytest_addoption(parser):
     g.addoption("--harness-env", default=os.environ.get("HARNESS_ENV", "local"), help="env name for reports/<env>.json")
     g.addoption("--harness-report-dir", default=str(REPORTS), help="where the env report goes")
     g.addoption("--harness-no-report", action="store_true", help="do not write reports/<env>.*")
+    g.addoption("--harness-only-rows", help="run only the tests observing these report rows (comma-separated)")
+    g.addoption("--harness-only-models", help="run only the tests observing these tiny models' rows (comma-separated)")
     gpu = parser.getgroup("harness GPU tier (-m gpu)")
     gpu.addoption("--model-path", help="checkpoint folder (env HARNESS_GPU_MODEL_PATH)")
     gpu.addoption("--tp", type=int, help="tensor_parallel_size (env HARNESS_GPU_TP, default 8)")

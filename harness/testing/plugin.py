@@ -35,7 +35,7 @@ from harness.testing.session_report import (  # noqa: F401
 #: workers that sleep instead of spinning on their message queue (several shared generators wait idle while one
 #: works: spinning ones take the CPU it needs). Workers are spawned, never forked: a forked worker cannot use CUDA
 #: once the driver has touched it (seen on the H200 with vLLM 0.20). Defaults only: a value already set wins.
-pytest_plugins = ["harness.testing.options"]
+pytest_plugins = ["harness.testing.options", "harness.testing.rows"]
 
 #: The markers the suites use (also in pyproject.toml for the checkout; registered here for the installed suites).
 MARKERS = (

@@ -174,6 +174,11 @@ def _subset(config, col: Collector, kind: str, left_out: list[str]) -> list[str]
         subset.append(f"-k {config.option.keyword!r}")
     if config.option.markexpr and not (kind == "gpu" and config.option.markexpr == "gpu"):
         subset.append(f"-m {config.option.markexpr!r}")
+    from harness.testing.rows import from_options
+
+    wanted = from_options(config)
+    if wanted is not None:
+        subset.append(f"narrowed to the tests observing {wanted.describe()}")
     if col.deselected:
         subset.append(f"{col.deselected} tests deselected")
     picked = [a for a in config.args if "::" in a]

@@ -26,9 +26,10 @@ def test_model_contract(cid, name, runs, record_observation, expectations):
 
 
 @pytest.mark.parametrize("name", contracts.E2E_MODELS)
-def test_mla_platform(name, runs, record_observation, expectations, record_note):
+@pytest.mark.parametrize("cid", ["mla"])  # the row it observes, as a parameter (harness.testing.rows reads it)
+def test_mla_platform(cid, name, runs, record_observation, expectations, record_note):
     run = runs(name)
-    obs = run.unavailable(contracts.by_id()["mla"].CONTRACT) if run.absent else run.mla
+    obs = run.unavailable(contracts.by_id()[cid].CONTRACT) if run.absent else run.mla
     if obs.facts.get("ran_with_VLLM_MLA_DISABLE"):
         record_note(
             f"{name}: MLA cannot run on this platform ({obs.unshimmed.text}); the run uses "

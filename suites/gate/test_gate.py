@@ -207,9 +207,10 @@ def test_static_gate_time_with_sources_cached(gate, capsys):
 
 def test_a_contract_without_facts_is_not_checked_and_undecided(cache_dir):
     """Never SAFE for what was not read: drop one contract's facts from real ones and the gate says 2."""
+    from harness.gate import observe
     from harness.gate.decide import report as gate_report
     from harness.gate.decide import verdict
-    from harness.gate.read import dynamic, static
+    from harness.gate.read import static
 
     roots = [sources.ensure(v, cache_dir).root for v in ("0.11.1", "0.11.2")]
     old, new = static.read_versions(roots, used_surface.fixture_path(), parallel=False)
@@ -222,7 +223,7 @@ def test_a_contract_without_facts_is_not_checked_and_undecided(cache_dir):
         [],
         _dt.date.today(),
         None,
-        dynamic.reason("0.11.2"),
+        observe.NOT_REQUESTED,
     )
     assert (gate.verdict, gate.exit_code) == ("UNDECIDED", 2)
     assert gate.contracts["memory"]["status"] == "not-checked" and "memory" in gate.not_checked
@@ -248,24 +249,37 @@ def test_a_checkpoint_config_decides_the_llama_4_scaling_finding(gate, tmp_path,
 
 # -- what the gate may and may not conclude (verdicts issue, items 5-7) ----------------------------------
 @pytest.mark.parametrize("old,new", [("0.20.0", "0.22.0"), ("0.16.0", "0.17.0")])
-def test_use_reports_on_committed_reports_does_not_turn_expected_breaks_into_broken(gate, old, new):
-    """The committed reports hold native-export rows that are expected broken on CPU builds: they decide nothing.
-    The static verdict stands; nothing was observed worse than expected."""
+def test_use_reports_decides_from_the_committed_reports_never_review(gate, old, new):
+    """With the candidate's complete report (the matrix's run), the rows owning what the reading found decide: one of
+    the four verdicts, never REVIEW, with the static verdict kept beside it. The native-export rows that are expected
+    broken on CPU builds are not among the rows speculators 0.3.0's path owns: they decide nothing."""
     rc_static, static_rep, _ = gate(old, new)
     rc, rep, md = gate(old, new, "--use-reports")
-    assert rep["observed_worse"] == [] and (rc, rep["verdict"]) == (rc_static, static_rep["verdict"])
-    assert rep["verdict"] != "BROKEN"
+    assert rep["static_verdict"] == static_rep["verdict"]
+    assert rep["verdict"] in ("SAFE", "NEEDS-SHIM-AND-COVERED") and rc == 0, rep["observation"]
+    rows = {r["row"]: r for r in rep["observation"]["rows"]}
+    assert "e2e[tiny-llama]" in rows and rows["e2e[tiny-llama]"]["outcome"] == "pass"
+    assert not any(r.startswith("native") for r in rows)
+    assert "Decided by observation" in md
 
 
-def test_a_contract_observed_worse_than_expected_makes_the_gate_broken_and_is_named(tmp_path):
-    from harness.gate.read import dynamic
+def test_a_row_observed_broken_decides_and_is_named():
+    """A contract row the candidate's report observed broken where the baseline's was not: NEEDS-NEW-SHIM (the
+    contract has a shim); the end-to-end extraction failing: BROKEN; a row the run did not observe: UNDECIDED."""
+    from harness.gate.decide.observed import judge
 
-    rep = json.loads((REPO_ROOT / "reports" / "vllm022.json").read_text())
-    row = next(c for c in rep["contracts"] if c["contract"] == "rpc")
-    row.update(outcome="broken", reason="undocumented failure: boom")
-    (tmp_path / "vllm022.json").write_text(json.dumps(rep))
-    worse = dynamic.dynamic_check("0.22.0", tmp_path)["worse"]
-    assert [w["contract"] for w in worse] == ["rpc"] and worse[0]["expected"] == "shimmed"
+    base = json.loads((REPO_ROOT / "reports" / "vllm020.json").read_text())
+    cand = json.loads((REPO_ROOT / "reports" / "vllm022.json").read_text())
+    rows = ["rpc", "twophase", "e2e[tiny-llama]"]
+    assert judge(rows, cand, base, "committed").verdict in ("SAFE", "NEEDS-SHIM-AND-COVERED")
+    next(c for c in cand["contracts"] if c["contract"] == "rpc").update(outcome="broken", reason="boom")
+    obs = judge(rows, cand, base, "edited")
+    assert obs.verdict == "NEEDS-NEW-SHIM" and [j.row for j in obs.rows if j.says == "NEEDS-NEW-SHIM"] == ["rpc"]
+    for e in cand["e2e"]:
+        if e["model"] == "tiny-llama" and e["result"] == "pass":
+            e["result"] = "fail"
+    assert judge(rows, cand, base, "edited").verdict == "BROKEN"
+    assert judge([*rows, "moeorder[nowhere]"], cand, base, "edited").verdict == "UNDECIDED"
 
 
 def test_a_config_gated_finding_without_model_config_is_undecided(gate):

@@ -52,6 +52,8 @@ def to_json(gate: Gate) -> dict:
         "outside": gate.outside,
         "shims": gate.shims,
         "observed_worse": gate.observed_worse,
+        "static_verdict": gate.static_verdict,
+        "observation": gate.observation,
         "paths": gate.paths,
         "unclassified": [c.to_json() for c in gate.unclassified],
         "classified": [c.to_json() for c in gate.classified],
@@ -80,6 +82,7 @@ def markdown(gate: Gate) -> str:
         f"{t.get('static', 0):.1f} s.",
         "",
     ]
+    lines += _observation_section(gate)
     lines += _warnings(gate) + _findings_table(gate) + _unclassified_section(gate)
     if gate.shims:
         lines += ["**Shims the new version needs for these changes:** " + ", ".join(f"`{s}`" for s in gate.shims), ""]
@@ -133,12 +136,37 @@ def _findings_table(gate: Gate) -> list[str]:
     return lines + [""]
 
 
+def _observation_section(gate: Gate) -> list[str]:
+    """The candidate as observed on the rows that settle the reading: what decided the verdict."""
+    obs = gate.observation
+    if obs is None:
+        return []
+    took = f" in {obs['seconds']:.0f} s" if obs.get("seconds") is not None else ""
+    lines = [
+        f"**Decided by observation**: {obs['source']}{took} says **{obs['verdict']}** "
+        f"(the static reading alone: {gate.static_verdict}).",
+        "",
+    ]
+    if obs.get("error"):
+        return lines + [f"Could not observe the candidate: {_cell(obs['error'])}", ""]
+    lines += ["| row | observed | baseline | says | why |", "|---|---|---|---|---|"]
+    for r in obs["rows"]:
+        lines.append(f"| {r['row']} | {r['outcome']} | {r['baseline'] or ''} | {r['says']} | {_cell(r['why'])[:200]} |")
+    return lines + [""]
+
+
 def _unclassified_section(gate: Gate) -> list[str]:
     if not gate.unclassified:
         return []
+    settled = gate.observation is not None and gate.observation["verdict"] != "UNDECIDED"
     lines = [
-        f"**{len(gate.unclassified)} change(s) on a watched path no check classifies** (REVIEW: read each "
-        "diff and say whether the contract still holds, or run the candidate with `--dynamic`):",
+        f"**{len(gate.unclassified)} change(s) on a watched path no check classifies** "
+        + (
+            "(settled by the observation above: the rows owning these paths were observed on the candidate):"
+            if settled
+            else "(REVIEW: read each diff and say whether the contract still holds, or run the candidate with "
+            "`--dynamic`):"
+        ),
         "",
         "| contract | platform | function | change | evidence | reached from |",
         "|---|---|---|---|---|---|",
@@ -168,7 +196,7 @@ def _path_cell(p: dict | None) -> str:
         + state
         + (f", {p['classified']} classified" if p["classified"] else "")
         + (f", {p['compatible']} compatible" if p["compatible"] else "")
-        + (", observed by --dynamic" if p["observed"] else "")
+        + (", observed on the candidate" if p["observed"] else "")
     )
 
 

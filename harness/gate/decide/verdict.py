@@ -55,6 +55,10 @@ class Gate:
     classified: list = field(default_factory=list)
     paths: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)  # speculators, surface, sources, allowlist file, timings
+    #: The candidate observed on the rows that settle what the reading found (harness.gate.observe), or None.
+    observation: dict | None = None
+    #: The verdict of the static reading alone, kept beside the observed one.
+    static_verdict: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -217,6 +221,26 @@ def _outside(cid: str, gate: Gate, comparison: Comparison, dynamic: dict | None,
         "shims": [],
         "note": (f"{checked} static fact(s) unchanged; " if checked else "") + note,
     }
+
+
+def apply_observation(gate: Gate, obs) -> None:
+    """The observation decides (harness.gate.decide.observed): the verdict becomes the observed one, never REVIEW;
+    UNDECIDED where the run could not observe every wanted row, or where a finding depends on the target's config
+    (a tiny model cannot show it). The static verdict and findings stay in the report beside it."""
+    gate.static_verdict = gate.verdict
+    gate.observation = obs.to_json()
+    config_gated = any(f.status == "needs-model-config" for f in gate.findings)
+    shimmed_change = any(f.status in ("covered", "accepted") for f in gate.findings)
+    # A change the reading found and a shim covers, observed to hold: still a change the shims carry.
+    observed = "NEEDS-SHIM-AND-COVERED" if obs.verdict == "SAFE" and shimmed_change else obs.verdict
+    gate.verdict = "UNDECIDED" if config_gated else observed
+    if obs.verdict != "UNDECIDED":  # every open change was on a path whose owning rows were observed
+        for path in gate.paths.values():
+            path["observed"] = True
+    for cid, entry in gate.outside.items():
+        seen = [j for j in obs.rows if j.row.split("[")[0] == cid]
+        if seen:
+            entry["dynamic"] = ", ".join(f"{j.row}: {j.outcome}" for j in seen)
 
 
 def undecided(old: str, new: str, error: str, meta: dict | None = None) -> Gate:

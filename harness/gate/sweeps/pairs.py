@@ -37,8 +37,45 @@ def releases(first: str, last: str) -> list[str]:
     return [str(v) for v in sorted(found)]
 
 
+def decidable(version: str) -> bool:
+    """Whether the candidate has a CPU build here that a dynamic decision can run (an env of the matrix)."""
+    from harness.envs import tox_envs
+
+    meta = tox_envs.versions().get(version)
+    return bool(meta and meta.get("runnable", True))
+
+
+def _gate(old: str, new: str, out: Path, args, dynamic: bool) -> tuple[int, dict, float]:
+    """One pair judged by the `harness gate` command in a process of its own: (exit code, report, seconds)."""
+    t0 = time.perf_counter()
+    rc = subprocess.run(
+        [sys.executable, "-m", "harness", "gate", "--from", old, "--to", new, "--json", str(out)]
+        + (["--cache-dir", args.cache_dir] if args.cache_dir else [])
+        + (["--dynamic"] if dynamic else []),
+        stdout=subprocess.DEVNULL,
+        check=False,
+    ).returncode
+    return rc, (json.loads(out.read_text()) if out.exists() else {}), round(time.perf_counter() - t0, 1)
+
+
+def _dynamic_cell(rep: dict, seconds: float) -> dict:
+    obs = rep.get("observation") or {}
+    return {
+        "verdict": rep.get("verdict", "UNDECIDED"),
+        "observed_verdict": obs.get("verdict"),
+        "seconds": seconds,
+        "source": obs.get("source"),
+        "rows": [r["row"] for r in obs.get("rows", [])],
+        "observed": {r["row"]: r["outcome"] for r in obs.get("rows", [])},
+        "error": obs.get("error") or rep.get("error"),
+        "timings": obs.get("timings", {}),
+    }
+
+
 def run(args) -> int:
-    """Each pair is judged by the `harness gate` command itself, in a process of its own."""
+    """Each pair is judged by the `harness gate` command itself, in a process of its own; with --dynamic, each pair
+    whose candidate has a CPU build here is also decided by a targeted run of it, merged into the existing report
+    (the other pairs' rows are kept)."""
     from harness.envs import sources
     from harness.support.report_files import now, write_atomic
 
@@ -48,18 +85,14 @@ def run(args) -> int:
     except sources.SourceError as exc:
         print(f"harness gate pairs: {exc}", file=sys.stderr)
         return 2
+    target = Path(args.json) if args.json else REPORTS / "gate-release-pairs.json"
+    previous = json.loads(target.read_text()) if target.is_file() else {}
+    kept = {(r["from"], r["to"]): r for r in previous.get("pairs", [])}
     rows = []
     with tempfile.TemporaryDirectory(prefix="harness-gate-pairs-") as tmp:
         for old, new in itertools.pairwise(versions):
             out = Path(tmp) / f"{old}-{new}.json"
-            t0 = time.perf_counter()
-            rc = subprocess.run(
-                [sys.executable, "-m", "harness", "gate", "--from", old, "--to", new, "--json", str(out)]
-                + (["--cache-dir", args.cache_dir] if args.cache_dir else []),
-                stdout=subprocess.DEVNULL,
-                check=False,
-            ).returncode
-            rep = json.loads(out.read_text()) if out.exists() else {}
+            rc, rep, seconds = _gate(old, new, out, args, dynamic=False)
             by_contract: dict[str, int] = {}
             for c in rep.get("unclassified", []):
                 by_contract[c["contract"]] = by_contract.get(c["contract"], 0) + 1
@@ -75,16 +108,24 @@ def run(args) -> int:
                     "classified": len(rep.get("classified", [])),
                     "unclassified_by_contract": by_contract,
                     "error": rep.get("error"),
-                    "seconds": round(time.perf_counter() - t0, 1),
+                    "seconds": seconds,
+                    "dynamic": (kept.get((old, new)) or {}).get("dynamic"),
                 }
             )
+            if args.dynamic and decidable(new):
+                rc, rep, seconds = _gate(old, new, Path(tmp) / f"{old}-{new}-dynamic.json", args, dynamic=True)
+                rows[-1]["dynamic"] = _dynamic_cell(rep, seconds)
             print(
                 f"gate pairs: {old} -> {new}: {rows[-1]['verdict']}, {rows[-1]['changed_unclassified']} "
-                f"changed-unclassified",
+                f"changed-unclassified"
+                + (f"; decided {rows[-1]['dynamic']['verdict']}" if rows[-1].get("dynamic") else ""),
                 file=sys.stderr,
             )
-    report = {"schema": "harness-gate-pairs/1", "generated_at": now(), "releases": versions, "pairs": rows}
-    target = Path(args.json) if args.json else REPORTS / "gate-release-pairs.json"
+    done = {(r["from"], r["to"]) for r in rows}
+    rows += [r for key, r in kept.items() if key not in done]
+    rows.sort(key=lambda r: (Version(r["from"]), Version(r["to"])))
+    every = sorted({v for r in rows for v in (r["from"], r["to"])}, key=Version)
+    report = {"schema": "harness-gate-pairs/2", "generated_at": now(), "releases": every, "pairs": rows}
     write_atomic(target, json.dumps(report, indent=2) + "\n")
     write_atomic(target.with_suffix(".md"), markdown(report))
     print(markdown(report))
@@ -100,13 +141,20 @@ def markdown(report: dict) -> str:
         "that changed with no check classifying the change (a reviewer reads them, or `--dynamic` observes "
         "the contract); `classified`: changed functions a finding already accounts for.",
         "",
-        "| from | to | verdict | findings (uncovered) | changed-unclassified | by contract | classified |",
-        "|---|---|---|---|---|---|---|",
+        "`decided`: the verdict of `--dynamic` (a targeted run of the candidate's CPU build on the rows that own "
+        "what the reading found) and its wall time on the 2-core machine; blank where the candidate has no CPU "
+        "build here or the sweep did not run it.",
+        "",
+        "| from | to | verdict | decided (time) | findings (uncovered) | changed-unclassified | by contract "
+        "| classified |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in report["pairs"]:
         by = ", ".join(f"{k} {v}" for k, v in sorted(r["unclassified_by_contract"].items()))
+        d = r.get("dynamic")
+        decided = f"{d['verdict']} ({d['seconds'] / 60:.1f} min)" if d else ""
         lines.append(
-            f"| {r['from']} | {r['to']} | {r['verdict']} | {r['findings']} ({r['uncovered']}) | "
+            f"| {r['from']} | {r['to']} | {r['verdict']} | {decided} | {r['findings']} ({r['uncovered']}) | "
             f"{r['changed_unclassified']} | {by} | {r['classified']} |"
         )
     return "\n".join(lines) + "\n"
