@@ -142,10 +142,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from harness import contracts
-    from harness.gate import observe
-    from harness.gate.decide import verdict
-
+    """The gate: the request checked once, then obtain -> read -> observe -> decide -> report, each step taking the
+    previous one's result (`gate bisect`, `mutants` and `pairs` run that over many builds)."""
     try:
         from harness.gate.read import reach, static  # noqa: F401 - the gate's extra dependency, checked first
     except ImportError as exc:  # griffe is the gate's one extra dependency (the `gate` extra)
@@ -153,46 +151,48 @@ def run(args) -> int:
         return 2
     if args.action in ("bisect", "mutants", "pairs"):
         return _run_sweep(args)
+    t0 = time.perf_counter()
     try:
-        inputs.read_lockfiles(args)
-        if not args.to_version:
-            raise inputs.InputRefused(
-                "--to is required (or --base-lockfile with --lockfile; or: gate bisect --contract ID)"
-            )
-        t0 = time.perf_counter()
-        old_spec, new_spec, checkpoint = inputs.checked_input(args)
+        req = inputs.request(args)
     except inputs.InputRefused as exc:
         print(f"harness gate: {exc}", file=sys.stderr)
         return 2
-    if args.client:
-        return _run_client(args, old_spec, new_spec)
-    old, new = old_spec.label, new_spec.label
-    meta: dict = {"speculators": args.speculators}
-    if getattr(args, "from_reason", None):
-        print(f"gate: --from not given: {old}, {args.from_reason}", file=sys.stderr)
-        meta["from_reason"] = args.from_reason
+    if req.client_version:
+        return _run_client(req)
+    return _pipeline(req, t0)
+
+
+def _pipeline(req: inputs.Request, t0: float) -> int:
+    from harness import contracts
+    from harness.gate import observe
+    from harness.gate.decide import verdict
+
+    old, new = req.old.label, req.new.label
+    meta: dict = {"speculators": req.speculators}
+    if req.from_reason:
+        print(f"gate: --from not given: {old}, {req.from_reason}", file=sys.stderr)
+        meta["from_reason"] = req.from_reason
     try:
-        old, new, entries, comparison, paths = _read_both(args, old_spec, new_spec, meta, t0)
+        old, new, entries, comparison, paths = _read_both(req, meta, t0)
     except _ReadFailed as failed:
         gate = verdict.undecided(failed.old, failed.new, str(failed.exc), meta)
         print(f"harness gate: {failed.exc}", file=sys.stderr)
-        _write(gate, args, decided=False)
+        _write(gate, req, decided=False)
         return gate.exit_code
-    if checkpoint is not None:
+    if req.checkpoint is not None:
         from harness.gate.read import coverage
 
-        meta["model_config"] = {"file": Path(args.model_config).name, "sha256": checkpoint["sha256"]}
-        coverage.attach_checkpoint_config(comparison.findings + comparison.carried, checkpoint["config"])
-    why_not = observe.NOT_REQUESTED if not (args.dynamic or args.use_reports) else "see the observation"
+        meta["model_config"] = {"file": req.checkpoint["file"], "sha256": req.checkpoint["sha256"]}
+        coverage.attach_checkpoint_config(comparison.findings + comparison.carried, req.checkpoint["config"])
+    why_not = observe.NOT_REQUESTED if req.observe is None else "see the observation"
     gate = verdict.decide(old, new, comparison, contracts.ids(), entries, _dt.date.today(), None, why_not, paths)
-    if args.dynamic or args.use_reports:
-        gate.meta = meta
-        obs = _observe(args, gate, new_spec, old)
+    gate.meta = meta
+    if req.observe is not None:
+        obs = _observe(req, gate, old)
         verdict.apply_observation(gate, obs)
         meta["timings"]["observe"] = obs.seconds
     meta["timings"]["total"] = round(time.perf_counter() - t0, 2)
-    gate.meta = meta
-    _write(gate, args)
+    _write(gate, req)
     return gate.exit_code
 
 
@@ -221,7 +221,7 @@ class _ReadFailed(Exception):
         self.exc, self.old, self.new = exc, old, new
 
 
-def _read_both(args, old_spec, new_spec, meta: dict, t0: float) -> tuple:
+def _read_both(req: inputs.Request, meta: dict, t0: float) -> tuple:
     """Both sides obtained and read: (old label, new label, allow-list entries, the static comparison, the watched
     paths' review); the surface, allow-list, provenance and timings go into `meta`."""
     from harness import contracts
@@ -231,22 +231,21 @@ def _read_both(args, old_spec, new_spec, meta: dict, t0: float) -> tuple:
     from harness.gate.read import coverage, reach, static
     from harness.vllm_source import used_surface
 
+    old_spec, new_spec = req.old, req.new
     old, new = old_spec.label, new_spec.label
     try:
         problems = coverage.validate(contracts.ids())
         if problems:
             raise ValueError("the coverage table is inconsistent: " + "; ".join(problems))
-        fixture = Path(args.surface) if args.surface else used_surface.fixture_path(args.speculators)
-        if args.regenerate_surface:
+        fixture = req.surface or used_surface.fixture_path(req.speculators)
+        if req.regenerate_surface:
             used_surface.generate(fixture)
         used_surface.load(path=fixture)
         meta["surface"] = _display(fixture)
-        entries = allowlist.load(Path(args.allowlist) if args.allowlist else None)
-        meta["allowlist"] = _display(Path(args.allowlist) if args.allowlist else allowlist.DEFAULT)
+        entries = allowlist.load(req.allowlist)
+        meta["allowlist"] = _display(req.allowlist or allowlist.DEFAULT)
         meta["allowlist_entries"] = [e.to_json() for e in entries]
-        got = list(
-            reversed([artifacts.fetch(spec, args.cache_dir) for spec in (new_spec, old_spec)])
-        )  # candidate first
+        got = list(reversed([artifacts.fetch(spec, req.cache_dir) for spec in (new_spec, old_spec)]))  # candidate first
         old, new = _side_label(got[0], old_spec.label), _side_label(got[1], new_spec.label)
         meta["sources"] = {side: _provenance(s) for side, s in zip(("from", "to"), got, strict=True)}
         t1 = time.perf_counter()
@@ -268,17 +267,17 @@ def _read_both(args, old_spec, new_spec, meta: dict, t0: float) -> tuple:
     return old, new, entries, comparison, paths
 
 
-def _observe(args, gate, new_spec, old: str):
+def _observe(req: inputs.Request, gate, old: str):
     """The candidate observed on the rows that settle the reading: a targeted run (`--dynamic`), or its build's
     complete report (`--use-reports`)."""
     from harness.envs import sources
     from harness.gate import observe
 
-    if args.use_reports and not args.dynamic:
-        return observe.from_reports(gate, new_spec.label, old)
-    cache = sources.cache_root(args.cache_dir)
+    if req.observe == "reports":
+        return observe.from_reports(gate, req.new.label, old)
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731 - progress goes to stderr, the report to stdout
-    return observe.run(gate, new_spec.kind, new_spec.label, new_spec.location, old, cache, log)
+    cache = sources.cache_root(req.cache_dir)
+    return observe.run(gate, req.new.kind, req.new.label, req.new.location, old, cache, log)
 
 
 def _run_mutants(args) -> int:
@@ -301,19 +300,20 @@ def _run_mutants(args) -> int:
     return 0 if not rep["missed"] and not rep["false_alarms"] else 1
 
 
-def _run_client(args, old_spec, new_spec) -> int:
+def _run_client(req: inputs.Request) -> int:
     from harness.envs import sources
     from harness.gate.obtain import artifacts
     from harness.gate.read import client
 
     try:
-        got = [artifacts.fetch(spec, args.cache_dir) for spec in (new_spec, old_spec)][::-1]
-        old, new = _side_label(got[0], old_spec.label), _side_label(got[1], new_spec.label)
+        got = [artifacts.fetch(spec, req.cache_dir) for spec in (req.new, req.old)][::-1]
+        old, new = _side_label(got[0], req.old.label), _side_label(got[1], req.new.label)
+        version = str(req.client_version)
         rep = client.report(
-            args.client_version,
+            version,
             old,
             new,
-            client.check(args.client_version, got[0].root, got[1].root),
+            client.check(version, got[0].root, got[1].root),
             client.not_judged(got[0].root, got[1].root),
         )
     except (sources.SourceError, OSError, ValueError, SyntaxError) as exc:
@@ -322,10 +322,10 @@ def _run_client(args, old_spec, new_spec) -> int:
     rep["sources"] = {side: _provenance(s) for side, s in zip(("from", "to"), got, strict=True)}
     text = client.markdown(rep)
     print(text)
-    if args.summary:
-        write_atomic(Path(args.summary), text)
-    default = report_path(old, new, rep["sources"]).name.replace("gate-", f"gate-client{args.client_version}-", 1)
-    write_atomic(Path(args.json) if args.json else REPORTS / default, json.dumps(rep, indent=2) + "\n")
+    if req.summary:
+        write_atomic(req.summary, text)
+    default = report_path(old, new, rep["sources"]).name.replace("gate-", f"gate-client{version}-", 1)
+    write_atomic(req.json or REPORTS / default, json.dumps(rep, indent=2) + "\n")
     return rep["exit_code"]
 
 
@@ -361,7 +361,7 @@ def report_path(old: str, new: str, sources: dict | None = None) -> Path:
     return REPORTS / f"gate-{name(old, 'from')}-to-{name(new, 'to')}.json"
 
 
-def _write(gate, args, decided: bool = True) -> None:
+def _write(gate, req: inputs.Request, decided: bool = True) -> None:
     """Markdown on stdout (and --summary), the JSON report to --json or reports/. An undecided run whose sources
     or inputs could not be had (`decided` False) writes the JSON only where --json asks: it never replaces the
     report of an earlier run under reports/, nor leaves one named like a release it could not read."""
@@ -369,12 +369,12 @@ def _write(gate, args, decided: bool = True) -> None:
 
     text = gate_report.markdown(gate)
     print(text)
-    if args.summary:
-        write_atomic(Path(args.summary), text)
-    if not args.json and not decided:
+    if req.summary:
+        write_atomic(req.summary, text)
+    if not req.json and not decided:
         return
     write_atomic(
-        Path(args.json) if args.json else report_path(gate.old, gate.new, gate.meta.get("sources")),
+        req.json or report_path(gate.old, gate.new, gate.meta.get("sources")),
         json.dumps(gate_report.to_json(gate), indent=2, default=str) + "\n",
     )
 

@@ -116,12 +116,13 @@ def test_a_subset_run_adds_only_the_rows_its_build_s_complete_report_lacks(tmp_p
         [("client0.9.0:m", "pass")],
         subset=["not run: the other suites"],
     )
+    sub["platform"] = {"cpu": "AMD EPYC (avx2)"}  # each added row names the run and the machine that observed it
     (tmp_path / f"{env}.incomplete.json").write_text(json.dumps(sub))
     m = matrix.merge(tmp_path)
     col = m["columns"][0]
     assert col["status"] == "pass" and col["supplement"]["rows_added"] == ["client-serve[m]", "e2e[client0.9.0:m]"]
     assert m["rows"]["sched"][ver]["outcome"] == "shimmed" and "run" not in m["rows"]["sched"][ver]
-    assert m["rows"]["client-serve[m]"][ver]["run"] == "subset run 2026-12-03"
+    assert m["rows"]["client-serve[m]"][ver]["run"] == "subset run 2026-12-03 on AMD EPYC (avx2)"
     sub["tests"]["failed"] = 1  # a failing subset fails the column
     (tmp_path / f"{env}.incomplete.json").write_text(json.dumps(sub))
     assert matrix.merge(tmp_path)["columns"][0]["status"] == "fail"

