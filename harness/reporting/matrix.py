@@ -186,17 +186,10 @@ def fold_supplement(rep: dict, path: Path) -> dict | None:
     observed that the complete report lacks are added to `rep`, each marked with its run; a failing subset fails
     the column. A row the complete report observed is never replaced, and an interrupted or stopped subset, one of
     another vLLM, or one older than the complete report adds nothing."""
-    if not path.is_file():
+    sub = _usable_subset(rep, path)
+    if sub is None:
         return None
-    sub = read(path)
     sel = sub.get("selection") or {}
-    if (
-        sub.get("interrupted")
-        or sel.get("stopped_early")
-        or sub["versions"].get("vllm") != rep["versions"].get("vllm")
-        or sub["generated_at"] <= rep["generated_at"]
-    ):
-        return None
     have = {c["contract"] for c in rep["contracts"]}
     # Left out on purpose: that is what a subset is; so are the rows the complete report observed.
     status, gaps = judge(dict(sub, not_observed=[k for k in sub.get("not_observed") or [] if k not in have]))
@@ -216,6 +209,22 @@ def fold_supplement(rep: dict, path: Path) -> dict | None:
         "tests": sub.get("tests", {}),
         "rows_added": sorted({c["contract"] for c in added} | {f"e2e[{e['model']}]" for e in added_e2e}),
     }
+
+
+def _usable_subset(rep: dict, path: Path) -> dict | None:
+    """The subset report at `path` where it may add rows to `rep`: of the same vLLM, newer, run to its end."""
+    if not path.is_file():
+        return None
+    sub = read(path)
+    sel = sub.get("selection") or {}
+    if (
+        sub.get("interrupted")
+        or sel.get("stopped_early")
+        or sub["versions"].get("vllm") != rep["versions"].get("vllm")
+        or sub["generated_at"] <= rep["generated_at"]
+    ):
+        return None
+    return sub
 
 
 def _predates(rep: dict, status: str, gaps: list) -> tuple[str, list]:

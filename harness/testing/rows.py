@@ -84,7 +84,8 @@ def observes(params: dict, wanted: Wanted) -> bool:
 
 def narrow(items: list, wanted: Wanted) -> tuple[list, list]:
     """(kept, deselected) of pytest `items`, kept in their order."""
-    kept, dropped = [], []
+    kept: list = []
+    dropped: list = []
     for item in items:
         params = dict(getattr(getattr(item, "callspec", None), "params", {}) or {})
         (kept if observes(params, wanted) else dropped).append(item)

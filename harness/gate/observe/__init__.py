@@ -61,7 +61,7 @@ def run(gate, kind: str, label: str, location: str, old: str, cache_dir: Path, l
         install = candidate.plan(kind, label, location)
         folder, made_s = candidate.ensure_env(install, cache_dir, log)
         log(f"gate: observing {label} on {wanted.describe()}")
-        rep, run_s = candidate.run_rows(install, folder, wanted.args(), cache_dir)
+        rep, run_s = candidate.run_rows(install, folder, wanted.args())
     except candidate.CannotRun as exc:
         return Observation("a targeted run of the candidate", error=str(exc), seconds=round(time.perf_counter() - t0))
     baseline, _ = committed_report(old)

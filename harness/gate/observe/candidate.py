@@ -144,17 +144,18 @@ def ensure_env(install: Install, cache_dir: Path, log=print) -> tuple[Path, floa
     if install.source_build:
         _run_in(python, ["-m", "harness", "build-vllm", install.source_build, "--install", str(python)], {})
     _uv("pip", "install", "--quiet", "--python", str(python), "--no-deps", SPECULATORS)
-    _run_in(python, ["-m", "harness", "envfix"], _run_env(install, cache_dir))
+    _run_in(python, ["-m", "harness", "envfix"], _run_env(install, folder))
     seconds = round(time.perf_counter() - t0, 1)
     done.write_text(json.dumps({"install": install.__dict__, "made_s": seconds}) + "\n")
     return folder, seconds
 
 
-def _run_env(install: Install, cache_dir: Path) -> dict:
+def _run_env(install: Install, folder: Path) -> dict:
+    """The environment a run in the candidate's env gets: the matrix env's (tox's [testenv] and the recipe's)."""
     meta = install.recipe
     env = {**os.environ, **RUN_ENV, "HARNESS_CACHE_DIR": str(REPO_ROOT / ".cache" / "models")}
-    if meta.get("preload"):
-        env["LD_PRELOAD"] = ":".join(meta["preload"])
+    if meta.get("preload"):  # as tox renders it: {envdir} is the env's folder
+        env["LD_PRELOAD"] = ":".join(p.replace("{envdir}", str(folder)) for p in meta["preload"])
     env.update(meta.get("runtime_env", {}))
     env.pop("HARNESS_OBSERVE", None)
     return env
@@ -165,7 +166,7 @@ def _run_in(python: Path, argv: list[str], env: dict, timeout: float | None = No
     return done.returncode
 
 
-def run_rows(install: Install, folder: Path, wanted_args: list[str], cache_dir: Path) -> tuple[dict, float]:
+def run_rows(install: Install, folder: Path, wanted_args: list[str]) -> tuple[dict, float]:
     """The suite run on the candidate, narrowed to the wanted rows: (its report, seconds)."""
     from harness.reporting.report import read
 
@@ -174,7 +175,7 @@ def run_rows(install: Install, folder: Path, wanted_args: list[str], cache_dir: 
     with tempfile.TemporaryDirectory(prefix="harness-gate-run-") as tmp:
         argv = ["-m", "harness", "run", "--env", name, "--", "-q", "--harness-report-dir", tmp, *wanted_args]
         t0 = time.perf_counter()
-        _run_in(python, argv, {**_run_env(install, cache_dir), "HARNESS_ENV": name})
+        _run_in(python, argv, {**_run_env(install, folder), "HARNESS_ENV": name})
         seconds = round(time.perf_counter() - t0, 1)
         path = Path(tmp) / f"{name}.json"
         if not path.is_file():

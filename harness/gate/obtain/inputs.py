@@ -92,34 +92,11 @@ def request(args) -> Request:
     """The gate's request from the command line: lock files read, both sides parsed (--to first; versions
     normalised, files and folders exist), --model-config read, report paths writable, settings valid. Bad input is
     InputRefused (one line, exit 2)."""
-    import hashlib
-    import os
-
-    from harness.envs import sources
-    from harness.gate.obtain import artifacts
-
     pins = read_lockfiles(args)
     if not pins.to:
         raise InputRefused("--to is required (or --base-lockfile with --lockfile; or: gate bisect --contract ID)")
-    client_version = None
-    if pins.client:
-        from harness.gate.read.client import ClientUnknown, parse_client
-
-        try:
-            client_version = parse_client(pins.client)
-        except ClientUnknown as exc:
-            raise InputRefused(str(exc)) from None
-    frm, from_reason = pins.frm, pins.from_reason
-    if frm is None:
-        from harness.gate.obtain.baseline import last_known_good
-
-        frm, from_reason = last_known_good()
-    try:
-        new = artifacts.parse(pins.to)
-        old = artifacts.parse(frm)
-        sources.timeout_s()
-    except (sources.VersionNotFound, sources.BadSetting) as exc:
-        raise InputRefused(str(exc)) from None
+    client_version = _client_version(pins.client)
+    old, new, from_reason = _sides(pins)
     if getattr(args, "allowlist", None):  # the team's allow-list: read now, so a bad one is refused, not undecided
         from harness.gate.decide import allowlist
 
@@ -127,34 +104,10 @@ def request(args) -> Request:
             allowlist.load(Path(args.allowlist))
         except allowlist.AllowlistError as exc:
             raise InputRefused(str(exc)) from None
-    checkpoint = None
-    if args.model_config:
-        path = Path(args.model_config)
-        try:
-            raw = path.read_bytes()
-            data = json.loads(raw)
-        except (OSError, ValueError) as exc:
-            raise InputRefused(f"--model-config {args.model_config}: not a readable JSON file ({exc})") from None
-        if not isinstance(data, dict):
-            raise InputRefused(f"--model-config {args.model_config}: not a JSON object")
-        checkpoint = {
-            "config": data.get("text_config", data),
-            "sha256": hashlib.sha256(raw).hexdigest(),
-            "file": path.name,
-        }
+    checkpoint = _checkpoint(args.model_config) if args.model_config else None
     for flag, value in (("--json", args.json), ("--summary", args.summary)):
-        if value is None:
-            continue
-        target = Path(value)
-        parent = target.parent if str(target.parent) else Path(".")
-        if (
-            target.is_dir()
-            or not parent.is_dir()
-            or not os.access(parent, os.W_OK)
-            or (target.exists() and not os.access(target, os.W_OK))
-            or not _can_create_in(parent)
-        ):
-            raise InputRefused(f"{flag} {value}: cannot write there (no such folder, not writable, or a folder)")
+        if value is not None:
+            _writable(flag, value)
     return Request(
         old,
         new,
@@ -170,6 +123,68 @@ def request(args) -> Request:
         json=Path(args.json) if args.json else None,
         summary=Path(args.summary) if args.summary else None,
     )
+
+
+def _client_version(client: str | None) -> str | None:
+    """The speculators release of `--client speculators==X.Y.Z` (None: the in-process path is judged)."""
+    if not client:
+        return None
+    from harness.gate.read.client import ClientUnknown, parse_client
+
+    try:
+        return parse_client(client)
+    except ClientUnknown as exc:
+        raise InputRefused(str(exc)) from None
+
+
+def _sides(pins: _Pins) -> tuple:
+    """(old, new, why old is what it is): --from given or pinned, else the last known good build."""
+    from harness.envs import sources
+    from harness.gate.obtain import artifacts
+
+    frm, from_reason = pins.frm, pins.from_reason
+    if frm is None:
+        from harness.gate.obtain.baseline import last_known_good
+
+        frm, from_reason = last_known_good()
+    try:
+        new = artifacts.parse(str(pins.to))
+        old = artifacts.parse(frm)
+        sources.timeout_s()
+    except (sources.VersionNotFound, sources.BadSetting) as exc:
+        raise InputRefused(str(exc)) from None
+    return old, new, from_reason
+
+
+def _checkpoint(model_config: str) -> dict:
+    """--model-config read: the text config a config-gated finding is decided by, its digest and file name."""
+    import hashlib
+
+    path = Path(model_config)
+    try:
+        raw = path.read_bytes()
+        data = json.loads(raw)
+    except (OSError, ValueError) as exc:
+        raise InputRefused(f"--model-config {model_config}: not a readable JSON file ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputRefused(f"--model-config {model_config}: not a JSON object")
+    return {"config": data.get("text_config", data), "sha256": hashlib.sha256(raw).hexdigest(), "file": path.name}
+
+
+def _writable(flag: str, value: str) -> None:
+    """A report path the gate will write: refused now where it cannot, not after the gate has run."""
+    import os
+
+    target = Path(value)
+    parent = target.parent if str(target.parent) else Path(".")
+    if (
+        target.is_dir()
+        or not parent.is_dir()
+        or not os.access(parent, os.W_OK)
+        or (target.exists() and not os.access(target, os.W_OK))
+        or not _can_create_in(parent)
+    ):
+        raise InputRefused(f"{flag} {value}: cannot write there (no such folder, not writable, or a folder)")
 
 
 def _can_create_in(folder: Path) -> bool:
