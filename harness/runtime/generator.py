@@ -28,11 +28,10 @@ from typing import Any
 from harness import contracts
 from harness.contracts import chunkedprefill
 from harness.contracts.base import Attach
-from harness.runtime import fast_path, transport, zmq_contexts
+from harness.runtime import cpu_ranks, devices, fast_path, transport, zmq_contexts
 from harness.runtime.batch_invariant_norm import engage_all, mode_env
 from harness.runtime.executor_view import ExecutorView
 from harness.runtime.inputs import (
-    HarnessInputError,
     check_weights,
     checked_layer_ids,
     checked_prompts,
@@ -110,7 +109,7 @@ def _speculators_module():
     return module
 
 
-def overrides(state: ShimState, options: Options = Options()) -> dict[str, Any]:
+def overrides(state: ShimState, options: Options = Options(), ranks: cpu_ranks.Ranks | None = None) -> dict[str, Any]:
     """The names speculators' generator module will see instead of its own globals."""
     module = _speculators_module()
     ns: dict[str, Any] = {}
@@ -125,6 +124,7 @@ def overrides(state: ShimState, options: Options = Options()) -> dict[str, Any]:
     real_parallel, real_vllm_config = current("ParallelConfig"), current("VllmConfig")
     real_model_config, real_sched_config = current("ModelConfig"), current("SchedulerConfig")
     real_executor_cls = current("MultiprocExecutor")
+    real_cache_config = current("CacheConfig")
 
     def ParallelConfig(**kwargs):  # noqa: N802
         kwargs["worker_extension_cls"] = WORKER_EXTENSION
@@ -149,6 +149,10 @@ def overrides(state: ShimState, options: Options = Options()) -> dict[str, Any]:
         if options.enforce_eager:
             kwargs["enforce_eager"] = True
         return real_model_config(**kwargs)
+
+    def CacheConfig(**kwargs):  # noqa: N802
+        kwargs.update(cpu_ranks.cache_kwargs(ranks, real_cache_config))  # N CPU ranks' swap space, where needed
+        return real_cache_config(**kwargs)
 
     def SchedulerConfig(**kwargs):  # noqa: N802
         if options.async_scheduling is not None:
@@ -179,6 +183,7 @@ def overrides(state: ShimState, options: Options = Options()) -> dict[str, Any]:
         ParallelConfig=ParallelConfig,
         VllmConfig=VllmConfig,
         ModelConfig=ModelConfig,
+        CacheConfig=CacheConfig,
         SchedulerConfig=SchedulerConfig,
         MultiprocExecutor=MultiprocExecutor,
         AutoTokenizer=AutoTokenizer,
@@ -206,9 +211,10 @@ def attention_backend_kwargs(name: str) -> dict:
     return {"attention_config": AttentionConfig(backend=name)}
 
 
-def generator_class(state: ShimState, options: Options = Options()) -> type:
+def generator_class(state: ShimState, options: Options = Options(), ranks: cpu_ranks.Ranks | None = None) -> type:
     module = _speculators_module()
-    return rebind(module.VllmHiddenStatesGenerator, overrides(state, options), name="ShimmedVllmHiddenStatesGenerator")
+    ns = overrides(state, options, ranks)
+    return rebind(module.VllmHiddenStatesGenerator, ns, name="ShimmedVllmHiddenStatesGenerator")
 
 
 def _shutdown_all(state: ShimState) -> None:
@@ -246,14 +252,18 @@ class HarnessGenerator:
         check_weights(model_path)
         if options.load_format is None and load_format_of(model_path):
             options = dataclasses.replace(options, load_format=load_format_of(model_path))
-        _check_devices(tensor_parallel_size, options.states_on, options.batch_invariant)
+        ranks = devices.checked(tensor_parallel_size, options.states_on, options.batch_invariant)
         self.state = ShimState(disabled=frozenset(disable), rpc_timeout_s=rpc_timeout_s)
         self._finalizer = weakref.finalize(self, _shutdown_all, self.state)
         atexit.register(self._finalizer)
-        cls = generator_class(self.state, options)
+        cls = generator_class(self.state, options, ranks)
         started = time.perf_counter()
         try:
-            with zmq_contexts.track(self.state.zmq_contexts, self.state.monitors), mode_env(options.batch_invariant):
+            with (
+                zmq_contexts.track(self.state.zmq_contexts, self.state.monitors),
+                mode_env(options.batch_invariant),
+                cpu_ranks.binding_set(ranks),
+            ):
                 self.spec = cls(str(model_path), layer_ids, max_model_len, gpu_memory_utilization, tensor_parallel_size)
         except BaseException:
             self.close()
@@ -347,36 +357,6 @@ class HarnessGenerator:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-STATES_ON = ("host", "device")
-
-
-def _check_devices(tensor_parallel_size: int, states_on: str = "host", batch_invariant: bool = False) -> None:
-    if tensor_parallel_size < 1:
-        raise HarnessInputError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
-    if states_on not in STATES_ON:
-        raise HarnessInputError(f"states_on must be one of {', '.join(STATES_ON)}, got {states_on!r}")
-    from vllm.platforms import current_platform
-
-    if batch_invariant and current_platform.device_type != "cuda":
-        raise HarnessInputError(
-            f"batch_invariant needs vLLM on CUDA (its batch-invariant kernels are Triton on the GPU); "
-            f"this vLLM runs on {current_platform.device_type}"
-        )
-    if states_on == "device" and current_platform.device_type != "cuda":
-        raise HarnessInputError(
-            f"states_on='device' needs vLLM on CUDA; this vLLM runs on {current_platform.device_type}"
-        )
-    if current_platform.device_type == "cuda":
-        import torch
-
-        have = torch.cuda.device_count()
-        if have < tensor_parallel_size:
-            raise HarnessInputError(
-                f"tensor_parallel_size={tensor_parallel_size} needs {tensor_parallel_size} GPUs; "
-                f"this machine has {have}"
-            )
 
 
 def patched_generator(model_path, layer_ids=None, **kwargs) -> HarnessGenerator:
