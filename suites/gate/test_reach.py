@@ -164,3 +164,21 @@ def test_compatible_signature():
     assert not reach.compatible_signature(sig, (("self", False, "p"), ("z", True, "p"), *sig[1:])), "shifted"
     assert not reach.compatible_signature(sig, sig[:2] + (("b", False, "p"),)), "a default lost"
     assert not reach.compatible_signature(sig, sig[:2]), "a parameter removed"
+
+
+def test_a_diff_is_shown_whole_and_a_new_function_with_its_code():
+    """A reviewer reads every changed line: a change at the end of a long function is in its diff (the report once
+    cut each diff at 38 lines, and a sort added at the end of InputBatch.condense never showed), and a new function
+    on a path is shown with its code, not by name only."""
+    from harness.gate.read.reach.compare import function_diff
+    from harness.gate.read.reach.index import Fn
+
+    body = [f"    x{i} = {i}" for i in range(60)]
+    old = Fn("m:f", "m.py", 10, 80, "\n".join(["def f():", *body, "    return x0"]), (), "a")
+    new = Fn(
+        "m:f", "m.py", 10, 81, "\n".join(["def f():", "    y = 1", *body, "    x.sort()", "    return x0"]), (), "b"
+    )
+    diff = function_diff(old, new)
+    assert "+    y = 1" in diff and "+    x.sort()" in diff
+    added = function_diff(None, Fn("m:g", "m.py", 90, 92, "def g():\n    return step()", (), "c"))
+    assert added == "+def g():\n+    return step()"

@@ -73,19 +73,21 @@ def changes(old: Index, new: Index, old_root: Path, new_root: Path) -> list[Chan
                     kind = "compatible"
                 else:
                     kind = "changed"
-                diff = (
-                    ""
-                    if o is None
-                    else "\n".join(
-                        list(
-                            difflib.unified_diff(
-                                o.text.splitlines(), fn.text.splitlines(), "baseline", "candidate", lineterm="", n=1
-                            )
-                        )[2:40]
-                    )
-                )
+                diff = function_diff(o, fn)
                 out[key] = Change(contract, platform.name, key, kind, f"{fn.file}:{fn.line}", via, diff, [contract])
     return list(out.values())
+
+
+def function_diff(old: Fn | None, new: Fn) -> str:
+    """The whole change a reviewer reads, none of it cut: a changed function's unified diff (every hunk; line numbers
+    count from its `def`, in the function as the syntax tree prints it, docstrings left out: the entry's evidence is
+    the file and line of that `def`); a new function's code, every line added."""
+    if old is None:
+        return "\n".join("+" + line for line in new.text.splitlines())
+    lines = difflib.unified_diff(
+        old.text.splitlines(), new.text.splitlines(), "baseline", "candidate", lineterm="", n=1
+    )
+    return "\n".join(list(lines)[2:])
 
 
 def watched(index: Index, root: Path) -> dict[str, dict[str, int]]:
