@@ -31,7 +31,8 @@ from harness.contracts.base import Attach
 from harness.runtime import cpu_ranks, devices, fast_path, transport, zmq_contexts
 from harness.runtime.batch_invariant_norm import engage_all, mode_env
 from harness.runtime.executor_view import ExecutorView
-from harness.runtime.inputs import (
+from harness.runtime.inputs import (  # HarnessInputError: what a refused start raises, importable from here too
+    HarnessInputError,  # noqa: F401
     check_weights,
     checked_layer_ids,
     checked_prompts,
