@@ -10,7 +10,9 @@ nightly's version (`0.17.1.dev3+g0123abc`), without a compiler. The code inside 
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import re
 import sys
 import zipfile
@@ -36,10 +38,11 @@ def restamp(wheel: Path, version: str, dest: Path) -> Path:
             data = re.sub(rb"^Version: .*$", f"Version: {version}".encode(), data, count=1, flags=re.M)
         renamed[path] = data
     record = new_info + "RECORD"
-    renamed[record] = (
-        "".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in renamed.items() if p != record).encode()
-        + f"{record},,\n".encode()
-    )
+    rows = io.StringIO()
+    writer = csv.writer(rows, lineterminator="\n")  # CSV, as the wheel format says: a path may hold a comma
+    writer.writerows([p, _record_hash(d), len(d)] for p, d in renamed.items() if p != record)
+    writer.writerow([record, "", ""])
+    renamed[record] = rows.getvalue().encode()
     Path(dest).mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         for path, data in renamed.items():
