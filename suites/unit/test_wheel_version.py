@@ -19,7 +19,10 @@ def _wheel(folder, name="demo_pkg", version="1.0.0"):
         info + "WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     rows = [f'"{p}"' if "," in p else p for p in files]  # RECORD is CSV: a path with a comma is quoted
-    record = "".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in zip(rows, files.values())) + f"{info}RECORD,,\n"
+    record = (
+        "".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in zip(rows, files.values(), strict=True))
+        + f"{info}RECORD,,\n"
+    )
     path = folder / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as z:
         for p, d in {**files, info + "RECORD": record.encode()}.items():
