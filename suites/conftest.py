@@ -31,14 +31,22 @@ class ModelRun:
     def unavailable(self, contract):
         """The observation for a per-model contract when no generator runs: n/a (architecture absent from
         this vLLM) or broken (it did not start through the shims)."""
-        from harness.contracts.base import Attempt, Observation
+        from harness import contracts
+        from harness.contracts.base import NOT_OBSERVED, Attempt, Observation
 
         if self.absent:
             return Observation(
                 contract, Attempt(True), None, {}, not_applicable=self.absent, subject=self.model.subject
             )
-        why = Attempt.failed("GeneratorDidNotStart", f"the shimmed generator did not start: {self.failed.text}")
-        return Observation(contract, why, None, {"start": self.failed.text}, subject=self.model.subject)
+        facts = {"start": self.failed.text}
+        root = contracts.start_root(self.failed.text, self.model)
+        if root is None:
+            why = Attempt.failed("GeneratorDidNotStart", f"the shimmed generator did not start: {self.failed.text}")
+        elif root[0] == contract.id:
+            why = root[1]
+        else:
+            why = Attempt.failed(NOT_OBSERVED, f"the generator did not start, see {root[0]}[{self.model.subject}]")
+        return Observation(contract, why, None, facts, subject=self.model.subject)
 
 
 def _start(name: str) -> ModelRun:

@@ -43,6 +43,8 @@ def cmd_expectations(args) -> int:
     if getattr(args, "draft_from", None):
         print(expectations.draft(json.loads(Path(args.draft_from).read_text())), end="")
         return 0
+    if getattr(args, "add_model", None):
+        return _add_model(args.add_model, args.reports or [])
     try:
         ver = versions.vllm_version()
         path, table = expectations.load(ver, versions.device_type())
@@ -54,6 +56,38 @@ def cmd_expectations(args) -> int:
     return 0
 
 
+def _add_model(name: str, paths: list[str]) -> int:
+    """`expectations --add-model NAME --from REPORT...`: the new fixture's rows in every CPU expectations file."""
+    import datetime
+
+    from harness.reporting import new_model
+    from harness.reporting.expectations import BadExpectations
+    from harness.subjects.models import load_fixture
+
+    try:
+        fixture = load_fixture(name)
+        reports = [json.loads(Path(p).read_text()) for p in paths]
+    except (OSError, ValueError) as e:
+        return refuse(f"--add-model: {e}")
+    first = fixture.get("description", name).split(": ")[0].split(". ")[0]
+    header = (
+        f"{first} (rows written {datetime.date.today()} by `python -m harness expectations --add-model {name}` from "
+        + ", ".join(Path(p).name for p in paths)
+        + ")"
+    )
+    try:
+        written = new_model.write(name, reports, header)
+    except (new_model.AddModelError, BadExpectations, KeyError) as e:
+        return refuse(f"--add-model: {e}")
+    for path, observed, predicted in written:
+        print(f"{path.name}: {observed} rows observed, {predicted} PREDICTED")
+    print(
+        "harness: review the rows, then complete each build's report (HARNESS_RUN_ARGS=--complete tox -e vllmXYZ): "
+        "a PREDICTED row a run contradicts fails that run"
+    )
+    return 0
+
+
 def _expectations_for_run(args) -> int:
     """Observe (no expectations file for this vLLM, and not --strict) or hold the run to its expectations, which
     must be valid either way; nonzero: the run stops here."""
@@ -62,11 +96,17 @@ def _expectations_for_run(args) -> int:
     from harness.testing.recording import observe_only
 
     missing = not expectations.file_for(versions.vllm_version(), versions.device_type()).is_file()
-    observing = missing and not args.strict and not args.skip_expectation_check
+    observing = getattr(args, "observe", False) or (missing and not args.strict and not args.skip_expectation_check)
     # Decided here for this run, inherited by every process it starts; never taken from an outer run (an
     # observed run's own tests start strict runs of the CLI).
     os.environ["HARNESS_OBSERVE"] = "1" if observing else "0"
-    if observing:
+    if observing and not missing:
+        print(
+            "harness: --observe: recording what this vLLM shows, not holding it to its expectations (status "
+            "`observed`, never pass)",
+            file=sys.stderr,
+        )
+    elif observing:
         print(
             f"harness: no expectations for vLLM {versions.vllm_version()} ({versions.device_type()}): observing "
             "it (status `observed`, never pass); a draft expectations file is written beside the report",
@@ -213,6 +253,12 @@ def add_run(sub) -> None:
         help="pytest-xdist workers: a number, or auto (a worker per 2 cores, bounded by available memory; "
         "harness.support.parallel). Default 1: on 2 cores two workers were slower",
     )
+    r.add_argument(
+        "--observe",
+        action="store_true",
+        help="record what this vLLM shows without holding it to its expectations (status `observed`, never pass): "
+        "the first run of a new tiny model, whose rows `expectations --add-model` then writes",
+    )
     r.add_argument("--skip-expectation-check", action="store_true", help=argparse.SUPPRESS)
     r.add_argument(
         "--strict",
@@ -227,4 +273,11 @@ def add_expectations(sub) -> None:
     """`expectations`."""
     e = sub.add_parser("expectations", help="print the expectations for the installed vLLM")
     e.add_argument("--draft-from", help="print a draft expectations file from an env report (review before committing)")
+    e.add_argument(
+        "--add-model",
+        metavar="FIXTURE",
+        help="write a new tiny model's rows into every CPU expectations file: observed where a --from report ran it "
+        "(`harness run --observe -- --harness-only-models FIXTURE`), PREDICTED elsewhere",
+    )
+    e.add_argument("--from", dest="reports", nargs="+", metavar="REPORT", help="with --add-model: the reports")
     e.set_defaults(fn=cmd_expectations)

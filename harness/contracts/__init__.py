@@ -89,6 +89,17 @@ def refusal(generator) -> str | None:
     return None
 
 
+def start_root(failure: str, model) -> tuple[str, object] | None:
+    """The per-model contract a generator's failed start is the break of, read from the failure (a module's
+    `start_cause(failure, model)` confirms it against the installed vLLM), and that contract's failed attempt; or
+    None where no contract claims it. The other per-model rows of that model were not observed and say so."""
+    for m in modules():
+        cause = getattr(m, "start_cause", None)
+        if m.CONTRACT.id in PER_MODEL and cause is not None and (attempt := cause(failure, model)) is not None:
+            return m.CONTRACT.id, attempt
+    return None
+
+
 def by_id() -> dict:
     return {m.CONTRACT.id: m for m in modules()}
 

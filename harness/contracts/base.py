@@ -22,6 +22,10 @@ from typing import Any
 
 from harness.support import volatile
 
+#: The error type of an attempt that could not be made (a probe whose subject did not run): a broken row, never a
+#: pass, whose reason says what stopped it instead of a cause it does not know.
+NOT_OBSERVED = "NotObserved"
+
 
 class Outcome(str, enum.Enum):  # noqa: UP042 - StrEnum would change str() of a member, which reports print
     NATIVE = "native"
@@ -293,6 +297,8 @@ def classify(obs: Observation) -> tuple[Outcome, str]:
         return Outcome.NA, obs.not_applicable
     if obs.unshimmed.ok:
         return Outcome.NATIVE, obs.contract.native_says
+    if obs.unshimmed.error_type == NOT_OBSERVED:
+        return Outcome.BROKEN, f"not observed: {obs.unshimmed.error}"
     if not obs.contract.documented(obs.unshimmed):
         return Outcome.BROKEN, f"undocumented failure: {obs.unshimmed.text}"
     if obs.shimmed is None or obs.contract.shim is None:

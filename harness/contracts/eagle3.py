@@ -4,11 +4,11 @@ speculators 0.3.0 refuses any model for which vLLM's `supports_eagle3()` is Fals
 support hidden state extraction"). The check is a guard, not a need: the capture only needs the
 decoder stack's layers, `start_layer`/`end_layer` and final norm (speculators 0.4.0 dropped the
 check). vLLM adds SupportsEagle3 to DeepseekV2/V3 and Kimi-K2.5 in 0.18. Shim (in the worker):
-accept a model whose stack has what the patched forward uses, and only where speculators' replacement forward
-gives that model's own layer outputs: once the workers are set up, the generator runs `admit` (C-forward's
-comparison on two fixed prompts), and a divergence refuses every extraction (Gemma-2 on vLLM <= 0.17: its forward
-scales the embeddings, speculators' loop does not). A stack vLLM marks SupportsEagle3 is not checked here;
-C-forward's row says whether it holds.
+accept a model whose stack has what the patched forward uses. Admitted or marked, states are handed out only where
+speculators' replacement forward gives that model's own states: once the workers are set up, the generator runs
+`admit` (C-forward's comparison on two fixed prompts) on every stack speculators' loop replaced, and a divergence
+refuses every extraction (Gemma-2 on vLLM <= 0.17: its forward scales the embeddings; Cohere: its layers return
+(output, input), not a residual to add).
 """
 
 from __future__ import annotations
@@ -47,13 +47,11 @@ def accept_patchable(ns: dict, current, worker) -> bool:
     return not current("supports_eagle3")(worker.model_runner.model)
 
 
-def admitted_by_shim(worker) -> bool:
-    """Whether speculators' set-up patched a stack that vLLM does not mark SupportsEagle3 (`accept_patchable` let it
-    in): only such a stack needs the admission check."""
-    from vllm.model_executor.models.interfaces import supports_eagle3
-
-    model = worker.model_runner.model
-    return (not supports_eagle3(model)) and patchable(model) and "forward" in forward.stack_of(worker).__dict__
+def patched_by_speculators(worker) -> bool:
+    """Whether speculators' set-up replaced the stack's forward with its loop: every such stack needs the
+    admission check, whether vLLM marks it SupportsEagle3 or the shim let it in (the mark says nothing about what
+    speculators' loop computes: Cohere's states are wrong either way)."""
+    return "forward" in forward.stack_of(worker).__dict__
 
 
 def admission_prompts(vocab_size: int) -> list[list[int]]:
@@ -62,11 +60,11 @@ def admission_prompts(vocab_size: int) -> list[list[int]]:
 
 
 def admit(generator) -> str | None:
-    """Run by the generator once its workers are set up: for a stack this contract's shim admitted, C-forward's
-    check (the model's own forward against speculators' loop, on two fixed prompts); why every extraction is refused,
-    or None. A stack vLLM marks SupportsEagle3 is not checked here: C-forward's row says whether it holds."""
+    """Run by the generator once its workers are set up: for a stack speculators' loop replaced, C-forward's check
+    (the model's own forward against speculators' loop, on two fixed prompts); why every extraction is refused,
+    or None."""
     call = generator.executor_view.real.collective_rpc
-    if not call("_harness_call", args=(admitted_by_shim,))[0]:
+    if not call("_harness_call", args=(patched_by_speculators,))[0]:
         return None
     return forward.admission(generator, admission_prompts(generator.vocab_size))
 

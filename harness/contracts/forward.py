@@ -3,49 +3,42 @@
 speculators 0.3.0 replaces the decoder stack's forward with its own loop: embed the tokens with
 `get_input_embeddings`, call each layer with (hidden_states, positions, residual), capture
 `hidden_states + residual` after the wanted layers, apply the final norm. A model whose own forward does
-anything else on that path (Gemma-2 on vLLM <= 0.17 multiplies the embeddings by sqrt(hidden_size) in its forward,
-after `embed_input_ids`) gives other layer outputs through speculators' loop than through its own, and nothing
-raises: the extracted states are silently not the model's. No other contract sees it, and C-eagle3's shim (which
-admits stacks that vLLM does not mark SupportsEagle3) would let such a model through.
+anything else on that path gives other states through speculators' loop than through its own, and nothing raises:
+the extracted states are silently not the model's. Two kinds are known: Gemma-2 on vLLM <= 0.17 multiplies the
+embeddings by sqrt(hidden_size) in its forward, after `embed_input_ids`; Cohere's layer adds its residual inside and
+returns (output, input), so `hidden_states + residual` is the output plus the layer's input. No other contract sees
+it, and C-eagle3's shim (which admits stacks that vLLM does not mark SupportsEagle3) would let such a model through.
 
 The probe decides it on the running engine, with no knowledge of any model and no transformers: the same prompt
-is extracted twice by the same generator, once with the stack's own class forward running (forward hooks on the
-captured layers record `hidden_states + residual`, what speculators captures, and hand it over in speculators'
-place) and once through speculators' replacement. Each pass is an ordinary step of its own, one forward per step,
-so neither can disturb the other (a step that ran two forwards over one set of KV slots and attention metadata gave
-garbage on a cold MoE model); prefix caching is off in speculators' generator (C-prefixcache), so both passes
-compute every row.
+is extracted twice by the same generator, once with the stack's own class forward running and once through
+speculators' replacement. In the own pass nothing is summed by the harness: hooks on the model's own modules record
+what the model itself feeds on after each captured layer (the next layer's input, or the tensor its normalisation
+normalises, told by running that normalisation again: harness.subjects.own_stream), and hand it over in
+speculators' place. A reference that formed speculators' sum would agree with speculators on every model. Each pass
+is an ordinary step of its own, one forward per step, so neither can disturb the other (a step that ran two
+forwards over one set of KV slots and attention metadata gave garbage on a cold MoE model); prefix caching is off in
+speculators' generator (C-prefixcache), so both passes compute every row.
 
 The bound: the same kernels on the same inputs and shapes give the same bits; where a platform reorders a reduction
 between two calls, the difference stays within a few units in the last place of the states' magnitude. So a layer
 holds when max|own - speculators'| <= ULPS * eps(dtype) * max(1, max|own|) (float32: 4 x 1.19e-7 x the magnitude).
 Gemma-2's skipped scale moves the states by their own size.
 
-No shim: the loop is speculators' code, so a divergence is speculators' fault. C-eagle3's shim admits a stack only
-where this check holds (`admission`, run by the generator once its workers are set up): on a divergence every
-extraction is refused with the measurement, so wrong states never reach a user. speculators 0.4.0 dropped its
+No shim: the loop is speculators' code, so a divergence is speculators' fault. The generator runs this check on
+every stack speculators' loop replaced (`admission`, once its workers are set up, through C-eagle3): on a divergence
+every extraction is refused with the measurement and what differs, so wrong states never reach a user. speculators 0.4.0 dropped its
 replacement loop for vLLM's own aux-hidden-state path.
 """
 
 from __future__ import annotations
 
-from harness.contracts.base import Attempt, Contract, Observation
+from harness.contracts.base import NOT_OBSERVED, Attempt, Contract, Observation
 
 #: Units in the last place of the states' magnitude two passes over the same prompt may differ by.
 ULPS = 4
 FAILURE = "ForwardDivergence"
 #: One prompt per comparison, each within one step: short, and one crossing KV blocks.
 PROMPT_TOKENS = (24, 61)
-
-
-def residual_stream(out):
-    """What speculators captures after a layer, `hidden_states + residual`, from the layer's output (a layer that
-    returns one tensor: that tensor)."""
-    if isinstance(out, tuple):
-        h, r = out[0], (out[1] if len(out) > 1 else None)
-    else:
-        h, r = out, None
-    return (h if r is None else h + r).detach().clone()
 
 
 # -- in the worker: the own pass ---------------------------------------------------------------------
@@ -63,58 +56,53 @@ def captures_here() -> bool:
 
 
 class OwnPass:
-    """While installed, the stack runs its own class forward; hooks on the captured layers record what speculators'
-    loop would capture and hand it to speculators' store, so an extraction returns the own forward's states."""
+    """While installed, the stack runs its own class forward; hooks on its own modules record what the model feeds
+    on after each captured layer (harness.subjects.own_stream) and hand it to speculators' store, so an extraction
+    returns the own forward's states."""
 
     def __init__(self, worker):
+        from harness.subjects.own_stream import Recorder
+
         self.worker = worker
         self.stack = stack_of(worker)
         self.replacement = self.stack.__dict__.get("forward")  # speculators' bound loop, installed by its set-up
         self.ids = sorted(worker._layer_ids)
-        self._seen: dict[int, object] = {}
-        layers = list(self.stack.layers)
-        self._hooks = [layers[k].register_forward_hook(self._record(k)) for k in self.ids]
+        self.recorder = Recorder(self.stack, self.ids)
+        self.told: dict = {}
         self.stack.forward = self.forward
 
-    def _record(self, k: int):
-        def record(module, args, out):
-            self._seen[k] = residual_stream(out)
-
-        return record
-
     def forward(self, *args, **kwargs):
-        self._seen = {}
+        self.recorder.reset()
         out = type(self.stack).forward(self.stack, *args, **kwargs)
         if captures_here():
-            missing = [k for k in self.ids if k not in self._seen]
-            if missing:
-                raise RuntimeError(
-                    f"{FAILURE}: the own forward of {type(self.stack).__name__} did not run layers {missing}"
-                )
-            self.worker._store_captured_states([self._seen[k] for k in self.ids])
-        self._seen = {}
+            states, self.told = self.recorder.states()
+            self.worker._store_captured_states(states)
+        self.recorder.reset()
         return out
 
-    def remove(self) -> None:
-        for h in self._hooks:
-            h.remove()
+    def remove(self) -> dict:
+        self.recorder.remove()
         if self.replacement is None:
             self.stack.__dict__.pop("forward", None)
         else:
             self.stack.forward = self.replacement
+        return self.told
 
 
 def own_pass(worker, on: bool) -> dict:
-    """Install (on) or remove (off) the own pass on this worker; what runs where."""
+    """Install (on) or remove (off) the own pass on this worker; what runs where, and (off) how the state after
+    each captured layer was told (`feeds_on`)."""
     current = worker.__dict__.get("_harness_own_pass")
+    told: dict = {}
     if current is not None:
-        current.remove()
+        told = current.remove()
         worker._harness_own_pass = None
     if on:
         worker._harness_own_pass = OwnPass(worker)
     stack = stack_of(worker)
     own = type(stack).forward
-    return {"stack": type(stack).__name__, "own_forward": f"{own.__module__}.{own.__qualname__}"}
+    where = {"stack": type(stack).__name__, "own_forward": f"{own.__module__}.{own.__qualname__}"}
+    return {**where, "feeds_on": {str(k): v for k, v in told.items()}} if not on else where
 
 
 class EntryTrace:
@@ -210,11 +198,21 @@ def entry_step(own, spec) -> str | None:
 def describe(result: dict, stack: str) -> str:
     if "why" in result:
         return f"speculators' replacement forward and {stack}.forward disagree: {result['why']}"
-    step = result.get("entry_step") or "it skips a step of this model's own forward after the embedding"
+    step = result.get("entry_step") or _at_layer(result)
     return (
         f"speculators' replacement forward differs from {stack}.forward by {result['max_abs_diff']:.3g} at layer "
         f"{result['layer']} (states up to {result['magnitude']:.3g}, bound {result['bound']:.3g} = {ULPS} ulp of "
         f"{result['dtype']}): {step}"
+    )
+
+
+def _at_layer(result: dict) -> str:
+    """What differs at the layer where the two forwards part, from what the own pass told of the model's state."""
+    feeds_on = result.get("feeds_on")
+    if feeds_on and "alone" in feeds_on:
+        return f"{feeds_on}, while speculators' loop captures hidden_states + residual after layer {result['layer']}"
+    return f"speculators' loop computes layer {result['layer']}'s state otherwise than the model's own forward" + (
+        f" ({feeds_on})" if feeds_on else ""
     )
 
 
@@ -226,7 +224,7 @@ def compare(generator, prompt: list[int]) -> tuple[dict, dict]:
         call("_harness_call", args=(entry_trace, True))
         own = generator.extract([prompt])
     finally:
-        call("_harness_call", args=(own_pass, False))
+        told = call("_harness_call", args=(own_pass, False))[0]["feeds_on"]
         fed_own = call("_harness_call", args=(entry_trace, False))[0]
     try:
         call("_harness_call", args=(entry_trace, True))
@@ -236,7 +234,8 @@ def compare(generator, prompt: list[int]) -> tuple[dict, dict]:
     result = judge(own[0]["hidden_states"], spec[0]["hidden_states"], generator.layer_ids)
     if not result["held"]:
         result["entry_step"] = entry_step(fed_own, fed_spec)
-    return result, where
+        result["feeds_on"] = told.get(str(result.get("layer")))
+    return result, {**where, "feeds_on": told}
 
 
 def checked(generator, prompts) -> tuple[dict, dict]:
@@ -262,7 +261,7 @@ def probe(ctx) -> Observation:
     ran, compared = Attempt.run(lambda: checked(ctx.generator, prompts))
     facts = {"layers": ctx.layer_ids, "bound": f"{ULPS} ulp of the states' magnitude"}
     if not ran.ok:
-        attempt = Attempt.failed("NotObserved", f"the two extractions did not run: {ran.text}")
+        attempt = Attempt.failed(NOT_OBSERVED, f"the two extractions did not run: {ran.text}")
         return Observation(CONTRACT, attempt, None, facts, subject=ctx.model.subject)
     worst, where = compared
     facts.update(where)
@@ -276,12 +275,13 @@ CONTRACT = Contract(
     failures=(rf"{FAILURE}: ",),
     side="worker",
     native_says="speculators' replacement forward gives the model's own layer outputs (bitwise or within the bound)",
-    broken_says="speculators' fault: its replacement forward skips a step of this model's own forward",
+    broken_says="speculators' fault: its replacement forward does not give this model's own states",
     gate_outside="the equivalence of two forwards is observed by running both on the engine; sources cannot decide it",
     upstream=(
         "not a vLLM change: speculators 0.3.0's replacement loop (custom_worker._patched_forward) assumes "
         "every stack is embed -> layers -> norm; Gemma2Model.forward scaled the embeddings by sqrt(hidden_size) "
         "after embed_input_ids from the model's addition (vllm-project/vllm#5908) until vLLM 0.18 moved the "
-        "scale into embed_input_ids (vllm-project/vllm#36787)"
+        "scale into embed_input_ids (vllm-project/vllm#36787); CohereDecoderLayer returns (output, input) since "
+        "Command-R's addition (vllm-project/vllm#3433)"
     ),
 )

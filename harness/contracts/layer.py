@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from typing import Any
 
 from harness.contracts.base import Attempt, Contract, GateCover, Observation
@@ -53,6 +54,49 @@ def worker_probe(worker) -> dict:
                 "SilentDivergence", f"the stack passes {param} (set in this config); speculators' patched loop does not"
             )
     return {"unshimmed": failure or Attempt(True), "facts": facts}
+
+
+#: How Python words a call that does not fit a signature, after the callee's name (`Cls.forward() got ...`).
+_MISFIT = re.compile(
+    r"(?P<cls>\w+)\.forward\(\) (?P<why>got an unexpected keyword argument '\w+'|missing \d+ required \w+ "
+    r"arguments?: [^|@]*?|takes \d+ positional arguments? but \d+ (?:were|was) given)(?=['\s|@]|$)"
+)
+
+
+def start_cause(failure: str, model) -> Attempt | None:
+    """Whether a generator's failed start was speculators' layer call not fitting a layer's forward: the failure
+    names the class (`GraniteDecoderLayer.forward() got an unexpected keyword argument 'residual'`), and binding
+    speculators' keywords to that class's own signature in this vLLM fails the same way. The root row of a start
+    that failed so; None where the failure says something else or the named class does not confirm it."""
+    found = _MISFIT.search(failure or "")
+    layer_cls = found and _model_module_member(model.architecture, found["cls"])
+    if not found or layer_cls is None:
+        return None
+    sig = inspect.signature(layer_cls.forward)
+    try:
+        sig.bind(None, **{p: None for p in PASSED})
+    except TypeError:
+        shown = "(" + ", ".join(str(p).split(":")[0] for n, p in sig.parameters.items() if n != "self") + ")"
+        return Attempt.failed(
+            "TypeError",
+            f"speculators' loop calls each layer with {', '.join(f'{p}=' for p in PASSED)}; "
+            f"{found['cls']}.forward{shown} does not take that call: {found['why']}",
+        )
+    return None
+
+
+def _model_module_member(architecture: str, name: str):
+    """`name` in the vLLM module that defines `architecture` (its decoder layer class), or None."""
+    import importlib
+
+    from vllm.model_executor.models import ModelRegistry
+
+    entry = getattr(ModelRegistry, "models", {}).get(architecture)
+    module = getattr(entry, "module_name", None) or getattr(getattr(entry, "model_cls", None), "__module__", None)
+    try:
+        return getattr(importlib.import_module(module), name, None) if module else None
+    except ImportError:
+        return None
 
 
 def probe(ctx) -> Observation:
@@ -118,7 +162,8 @@ def layer_calls(tree, used, follower) -> list[Fact]:
 CONTRACT = Contract(
     id="layer",
     assumes="layer(hidden_states=, positions=, residual=) is the whole call the stack's own loop makes",
-    failures=(r"TypeError: .*(missing|unexpected)",),
+    failures=(r"TypeError: .*(missing|unexpected|positional)",),
+    broken_says="speculators' fault: its loop's layer call does not fit this model's layers",
     shims=(),
     side="worker",
     gate_covers=(

@@ -38,9 +38,10 @@ class Verdict:
             return False
         return not self.started.ok or (self.max_abs_diff is not None and self.max_abs_diff > AGREE)
 
-    def says(self, architecture: str, speculators_forward: str | None = None) -> str:
-        """Whose fault; `speculators_forward` names the C-forward row that declares speculators' replacement
-        forward not this model's (then plain vLLM agreeing makes the cell speculators')."""
+    def says(self, architecture: str, speculators_cause: str | None = None) -> str:
+        """Whose fault; `speculators_cause` is why speculators' own path gives no right states for this model (the
+        admission's refusal, or the root row of a start that failed), read from that failure: then plain vLLM
+        agreeing makes the cell speculators'."""
         import os
 
         how = (
@@ -48,11 +49,10 @@ class Verdict:
             if os.environ.get("VLLM_MLA_DISABLE") == "1"
             else ""
         )
-        if speculators_forward and self.started.ok and not self.vllm_wrong:
+        if speculators_cause and self.started.ok and not self.vllm_wrong:
             return (
                 f"speculators is at fault: plain vLLM (no speculators) agrees with transformers (eager attention) "
-                f"on {architecture} ({self.max_abs_diff:.2g} in prompt logprobs), while speculators' replacement "
-                f"forward skips a step of the model's own ({speculators_forward})"
+                f"on {architecture} ({self.max_abs_diff:.2g} in prompt logprobs), while {speculators_cause}"
             ) + how
         return self._says(architecture) + how
 

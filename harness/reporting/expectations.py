@@ -90,6 +90,14 @@ def load_file(path: Path, facts: dict[str, bool] | None = None) -> dict[str, Exp
     path = Path(path)
     try:
         text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadExpectations(f"{path}: cannot be read: {e}") from None
+    return load_text(text, path, facts)
+
+
+def load_text(text: str, path: Path, facts: dict[str, bool] | None = None) -> dict[str, Expectation]:
+    """`load_file` of a file's text (checked before it is written)."""
+    try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         import re
@@ -97,8 +105,6 @@ def load_file(path: Path, facts: dict[str, bool] | None = None) -> dict[str, Exp
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
         where = f"{m.group(1)}:{m.group(2)}" if m else "?:?"
         raise BadExpectations(f"{path}:{where}: not valid TOML: {re.sub(r' *[(]at line.*$', '', str(e))}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadExpectations(f"{path}: cannot be read: {e}") from None
     contracts = data.get("contracts", {})
     if not isinstance(contracts, dict):
         raise BadExpectations(f"{path}:{_line_of(text, 'contracts')}:1: [contracts] must be a table")

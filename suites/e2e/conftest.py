@@ -16,8 +16,10 @@ def run(request, runs, record_e2e, expectations):
         record_e2e(r.model.name, "runs on this vLLM", "n/a", r.absent)
         not_applicable(r.absent)
     if r.generator is None:
-        record_e2e(r.model.name, "runs on this vLLM", "fail", r.failed.text)
-        not_applicable_if_declared_broken(expectations, r.model.name, r.failed.text)
+        root = contracts.start_root(r.failed.text, r.model)  # the contract the failure is the break of, if any
+        said = f"{root[0]}[{r.model.subject}]: {root[1].error}" if root else r.failed.text
+        record_e2e(r.model.name, "runs on this vLLM", "fail", said)
+        not_applicable_if_declared_broken(expectations, r.model.name, said)
         pytest.fail(f"the shimmed generator did not start on {r.model.name}: {r.failed.text}")
     if r.refused:
         record_e2e(

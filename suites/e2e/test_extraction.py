@@ -1,17 +1,15 @@
 """speculators 0.3.0's own generator, through the shims, on the tiny models: shapes, numbers, determinism.
 
-Reference: transformers' forward over the same checkpoint files in float32 (see harness.subjects.reference for
-the layer convention; transformers runs its eager attention). Bounds grow with the states' magnitude
-(`harness.subjects.reference.tolerance`: 8 ulp of float32 at the largest reference value, never below 1e-5, the bound
-states of magnitude ~1-4 are held to):
+Reference: transformers' forward over the same checkpoint files in float64 (see harness.subjects.reference for the
+layer convention; transformers runs its eager attention). The bound is derived from the reference's own error on
+the same prompts (`harness.subjects.reference.against`: SLACK x transformers' float32-vs-float64 difference, never
+below SLACK float32 ulps of the largest state), so a family whose states are large (Gemma-3's reach ~30) gets the
+room its float32 rounding takes and no more:
 
-* vs transformers `hidden_states[k + 1]`: 1e-5 for the models of magnitude 1-4. (Measured: ~1e-6, the size of
-  transformers' own float32-vs-float64 gap. The DeepseekV3 gap first measured at ~4e-3 came from a
-  config/implementation mismatch, not from numerics: transformers builds the MLA latent norms with a
-  fixed eps of 1e-6, vLLM with `rms_norm_eps`; the fixture uses Kimi's own 1e-6, which both honour.)
+* vs transformers `hidden_states[k + 1]` in float64: within that bound.
 * vs `hidden_states[k]`, the off-by-one: must differ by more than 1e-2 (it differs by ~1).
-* the same batch twice: bitwise equal. A prompt alone vs inside a batch: the same bound over the batch's states
-  (batch shapes change the matmul blocking, so bitwise equality is not promised).
+* the same batch twice: bitwise equal. A prompt alone vs inside a batch: `reference.tolerance` over the batch's
+  states (batch shapes change the matmul blocking, so bitwise equality is not promised).
 """
 
 from __future__ import annotations
@@ -35,6 +33,10 @@ def max_diff(results, refs) -> float:
     )
 
 
+def states_against_reference(results, path, batch, layer_ids) -> reference.Comparison:
+    return reference.against([r["hidden_states"] for r in results], path, batch, layer_ids)
+
+
 def test_batch_matches_transformers(run, record_e2e, numerics_expected):
     """A multi-prompt batch (17..131 tokens, several blocks each): shapes, and equality with transformers."""
     model, gen = run.model, run.generator
@@ -47,17 +49,16 @@ def test_batch_matches_transformers(run, record_e2e, numerics_expected):
             assert tuple(h.shape) == (len(p), model.hidden_size)
             assert h.dtype == torch.float32 and torch.isfinite(h).all()
         assert res["input_ids"].tolist() == p
-    ref = reference.hidden_states(model.path, batch, gen.layer_ids)
-    d, tol = max_diff(results, ref), reference.tolerance(ref)
+    c = states_against_reference(results, model.path, batch, gen.layer_ids)
     record_e2e(
         model.name,
-        "vs transformers hidden_states[k+1], float32",
-        "pass" if d <= tol else "fail",
-        f"max abs diff {d:.2e} (tolerance {tol:g}); layers {gen.layer_ids}",
-        max_abs_diff=d,
+        "vs transformers hidden_states[k+1], float64",
+        "pass" if c.held else "fail",
+        f"{c.said()}; layers {gen.layer_ids}",
+        max_abs_diff=c.diff,
     )
-    numerics_expected(model.name, d <= tol, f"max abs diff {d:.2e} > {tol:g}")
-    if d > tol:
+    numerics_expected(model.name, c.held, c.said())
+    if not c.held:
         return  # expected broken here (checked above): the off-by-one guard needs correct numbers
 
     off = max_diff(results, reference.hidden_states(model.path, batch, gen.layer_ids, offset=0))
@@ -98,18 +99,17 @@ def test_many_prompts_over_several_scheduler_steps(run, record_e2e, numerics_exp
     batch = random_prompts(40, 17, 134, model.vocab_size, seed=3)
     steps_before = gen.executor_view.steps
     results = gen.generate(batch)
-    ref = reference.hidden_states(model.path, batch, gen.layer_ids)
-    d, tol = max_diff(results, ref), reference.tolerance(ref)
+    c = states_against_reference(results, model.path, batch, gen.layer_ids)
     tokens = sum(map(len, batch))
     record_e2e(
         model.name,
         "40 prompts, several scheduler steps, vs transformers",
-        "pass" if d <= tol else "fail",
-        f"{tokens} tokens; max abs diff {d:.2e}",
-        max_abs_diff=d,
+        "pass" if c.held else "fail",
+        f"{tokens} tokens; {c.said()}",
+        max_abs_diff=c.diff,
         tokens=tokens,
     )
-    numerics_expected(model.name, d <= tol, f"max abs diff {d:.2e} > {tol:g}")
+    numerics_expected(model.name, c.held, c.said())
     assert gen.executor_view.steps - steps_before >= 2, (
         "the batch fit in one scheduler step: nothing multi-step was tested"
     )
@@ -129,8 +129,7 @@ def test_batch_several_times_the_step_budget(run, record_e2e, numerics_expected)
     results = gen.generate(batch)
     tokens, steps, kept = sum(map(len, batch)), gen.executor_view.steps - steps_before, guard.kept - kept_before
     assert [r["input_ids"].tolist() for r in results] == batch
-    ref = reference.hidden_states(model.path, batch, gen.layer_ids)
-    d, tol = max_diff(results, ref), reference.tolerance(ref)
+    c = states_against_reference(results, model.path, batch, gen.layer_ids)
     # Where the KV cache holds fewer tokens than one step's budget, the cache binds first: the scheduler stops
     # admitting prompts instead of chunking one, so nothing straddles (seen for the MLA fixtures run as MHA on CPU).
     kv_tokens = int(gen.scheduler.kv_cache_config.num_blocks) * int(gen.vllm_config.cache_config.block_size)
@@ -138,12 +137,12 @@ def test_batch_several_times_the_step_budget(run, record_e2e, numerics_expected)
     record_e2e(
         model.name,
         "batch of 3x the step budget, prompts straddling steps, vs transformers",
-        "pass" if d <= tol else "fail",
+        "pass" if c.held else "fail",
         f"{len(batch)} prompts, {tokens} tokens, {steps} steps "
         f"(budget {budget}, KV cache {kv_tokens} tokens), {kept} prompts continued across a step"
         + ("" if straddles else " (the KV cache binds before the budget: no straddle possible here)")
-        + f"; max abs diff {d:.2e}",
-        max_abs_diff=d,
+        + f"; {c.said()}",
+        max_abs_diff=c.diff,
         tokens=tokens,
         steps=steps,
         straddled=kept,
@@ -151,7 +150,7 @@ def test_batch_several_times_the_step_budget(run, record_e2e, numerics_expected)
     assert tokens > 2 * budget and steps >= 3
     if straddles:
         assert kept > 0, "no prompt straddled a step boundary: the batch did not test chunked prefill"
-    numerics_expected(model.name, d <= tol, f"max abs diff {d:.2e} > {tol:g}")
+    numerics_expected(model.name, c.held, c.said())
 
 
 def test_prompt_alone_equals_prompt_in_batch(run, record_e2e, numerics_expected, expectations):
@@ -173,9 +172,8 @@ def test_prompt_alone_equals_prompt_in_batch(run, record_e2e, numerics_expected,
         max_abs_diff=d,
     )
     if expected_broken(expectations, model.name):
-        refs = reference.hidden_states(model.path, batch, gen.layer_ids)
-        ref, bound = max_diff(together, refs), reference.tolerance(refs)
-        numerics_expected(model.name, ref <= bound, f"max abs diff vs transformers {ref:.2e} > {bound:g}")
+        c = states_against_reference(together, model.path, batch, gen.layer_ids)
+        numerics_expected(model.name, c.held, f"vs transformers: {c.said()}")
         return
     assert d <= tol, f"max abs diff {d:.2e} > {tol:g}"
 
@@ -194,26 +192,33 @@ def test_a_broken_cell_says_whose_fault_it_is(name, runs, expectations, record_e
     verdict = attribution.attribute(r.model, random_prompts(4, 17, 60, r.model.vocab_size, seed=9))
     forward = expectations["table"].get(f"forward[{name}]")
     if forward is not None and forward.outcome.value == "broken":
-        # speculators' replacement forward is declared not the model's (C-forward): then plain vLLM must be right
-        says = verdict.says(r.model.architecture, speculators_forward=f"forward[{name}]")
-        record_e2e(
-            r.model.name,
-            "whose fault: plain vLLM (no speculators) vs transformers, prompt logprobs",
-            "fail" if verdict.vllm_wrong else "pass",
-            says,
-            max_abs_diff=verdict.max_abs_diff,
-        )
-        assert not verdict.vllm_wrong and verdict.started.ok, says
-        return
-    says = verdict.says(r.model.architecture)
+        # speculators' own path is declared not to give this model's states (C-forward, or a start that failed on
+        # speculators' layer call): then plain vLLM must be right, and the cell is speculators'
+        says = verdict.says(r.model.architecture, speculators_cause=speculators_cause(r, name))
+        holds = verdict.started.ok and not verdict.vllm_wrong
+    else:
+        says, holds = verdict.says(r.model.architecture), verdict.vllm_wrong
     record_e2e(
         r.model.name,
         "whose fault: plain vLLM (no speculators) vs transformers, prompt logprobs",
-        "fail" if verdict.vllm_wrong else "pass",
+        "pass" if holds else "fail",  # the row says whether the attribution held, as the test does
         says,
         max_abs_diff=verdict.max_abs_diff,
     )
-    assert verdict.vllm_wrong, says
+    assert holds, says
+
+
+def speculators_cause(r, name: str) -> str:
+    """Why speculators' path gives no right states for this model, as observed in this run."""
+    from harness import contracts
+
+    if r.refused:
+        return f"the generator refuses speculators' states: {r.refused}"
+    if r.failed is not None:
+        root = contracts.start_root(r.failed.text, r.model)
+        cause = f"{root[0]}[{name}]: {root[1].error}" if root else r.failed.text
+        return f"speculators' generator does not start: {cause}"
+    return f"C-forward says speculators' states are not the model's (forward[{name}])"
 
 
 def test_streamed_and_shared_memory_hand_offs_are_bit_identical_to_the_rpc(run, record_e2e):
