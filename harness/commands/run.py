@@ -66,6 +66,7 @@ def _add_model(name: str, paths: list[str]) -> int:
 
     try:
         fixture = load_fixture(name)
+        paths = paths or _observe_model(name)
         reports = [json.loads(Path(p).read_text()) for p in paths]
     except (OSError, ValueError) as e:
         return refuse(f"--add-model: {e}")
@@ -86,6 +87,23 @@ def _add_model(name: str, paths: list[str]) -> int:
         "a PREDICTED row a run contradicts fails that run"
     )
     return 0
+
+
+def _observe_model(name: str) -> list[str]:
+    """Without --from: observe the model's rows on the installed vLLM (`run --observe`, only its tests) into
+    reports/add-model/, and return that report."""
+    import subprocess
+
+    folder = REPORTS / "add-model"
+    env = f"{name}-observed"
+    argv = [sys.executable, "-m", "harness", "run", "--env", env, "--observe", "--"]
+    argv += ["-q", "--harness-report-dir", str(folder), "--harness-only-models", name]
+    print(f"harness: observing {name} on the installed vLLM: {' '.join(argv[1:])}", file=sys.stderr)
+    subprocess.run(argv, check=False)
+    report = folder / f"{env}.json"
+    if not report.is_file():
+        raise OSError(f"the observation of {name} wrote no report ({report}): see its output above")
+    return [str(report)]
 
 
 def _expectations_for_run(args) -> int:
@@ -276,8 +294,15 @@ def add_expectations(sub) -> None:
     e.add_argument(
         "--add-model",
         metavar="FIXTURE",
-        help="write a new tiny model's rows into every CPU expectations file: observed where a --from report ran it "
-        "(`harness run --observe -- --harness-only-models FIXTURE`), PREDICTED elsewhere",
+        help="write a new tiny model's rows into every CPU expectations file: observed on the installed vLLM (or "
+        "in the --from reports), PREDICTED for every other build",
     )
-    e.add_argument("--from", dest="reports", nargs="+", metavar="REPORT", help="with --add-model: the reports")
+    e.add_argument(
+        "--from",
+        dest="reports",
+        nargs="+",
+        metavar="REPORT",
+        help="with --add-model: reports that observed the model (default: observe it on the installed vLLM now, "
+        "into reports/add-model/)",
+    )
     e.set_defaults(fn=cmd_expectations)

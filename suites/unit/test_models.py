@@ -35,6 +35,12 @@ OBSERVED_FINGERPRINTS = {
     "tiny-llama": "aa7e25d8b4f72fb5",
     "tiny-deepseek-v3": "cf8ab9c83135041f",
     "tiny-kimi-k25": "52bceb5a1c925c87",
+    "tiny-qwen3": "b4a76dd3cac0f82d",
+    "tiny-gemma2": "411f6e2640a643d1",
+    "tiny-cohere": "fb2a66a4f3eea450",
+    "tiny-gemma3": "e977a6f64c5c680d",
+    "tiny-granite": "bf69f5958e1766e9",
+    "tiny-olmo2": "440991d28b152420",
 }
 
 

@@ -289,3 +289,14 @@ def test_a_plain_vllm_child_killed_by_a_signal_is_named_with_its_place():
     said = killed(proc.returncode, proc.stderr, tries=3)
     assert said.startswith('killed by SIGABRT (3 tries); last at: File "<string>", line 4 in deep'), said
     assert killed(2, "", tries=1) == "exit 2"
+
+
+def test_a_row_not_observed_is_broken_and_says_what_stopped_it_never_a_cause_it_does_not_know():
+    from harness.contracts import by_id
+    from harness.contracts.base import NOT_OBSERVED, Attempt, Observation, Outcome
+
+    contract = by_id()["forward"].CONTRACT
+    obs = Observation(contract, Attempt.failed(NOT_OBSERVED, "the generator did not start, see layer[tiny-x]"))
+    assert obs.outcome is Outcome.BROKEN
+    assert obs.reason == "not observed: the generator did not start, see layer[tiny-x]"
+    assert contract.broken_says not in obs.reason
