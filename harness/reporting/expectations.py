@@ -173,7 +173,9 @@ def draft(report: dict) -> str:
     rows: dict[str, dict] = {}
     for c in report["contracts"]:
         cid = c["contract"].split("[")[0]
-        reason = c.get("expected_reason") or reasons.get(cid, {}).get(c["outcome"]) or c["reason"]
+        # a per-model row keeps what this run saw of that model: another family's one-line reason would not be its
+        canned = None if "[" in c["contract"] else reasons.get(cid, {}).get(c["outcome"])
+        reason = c.get("expected_reason") or canned or c["reason"]
         rows[c["contract"]] = {"outcome": c["outcome"], "reason": reason}
     failed = failed_e2e_rows(report)
     if failed:
