@@ -15,6 +15,9 @@ from harness.support.cli_text import INCOMPLETE, OBSERVED
 from harness.support.paths import CHECKOUT, REPORTS, SUITES, SUITES_BASE
 
 CPU_SUITES = SUITES["cpu"]
+#: `run --tp N`: the rows that exist only across ranks, and the tiny model sized for up to 8 ranks.
+TP_SUITE = "suites/e2e/test_tensor_parallel.py"
+TP_MODELS = "tiny-kimi-k25-tp8"
 #: The matrix's quick run: every contract probe, the end-to-end checks, the native-export cross-check and the
 #: client axis; no shim proofs, no bad input.
 QUICK_SUITES = ("suites/contracts/test_contracts.py", "suites/e2e", "suites/native", "suites/clients")
@@ -157,6 +160,10 @@ def cmd_run(args) -> int:
     elsewhere = any(a.startswith("--harness-report-dir") for a in args.pytest_args)  # reports/ is shared: held
     if not elsewhere and (refusal := env_refusal(args.env, versions.vllm_version())):
         return refuse(refusal)
+    if args.tp > 1:  # the TP rows alone, at that size, into their own report (reports/<env>-tp<N>.*)
+        args.suites = args.suites or [TP_SUITE]
+        args.pytest_args = [*args.pytest_args, "--harness-tp", str(args.tp), "--harness-tp-models", args.tp_models]
+        args.env = f"{args.env}-tp{args.tp}"
     from harness.support import fdio
 
     with tempfile.TemporaryFile() as held:
@@ -273,6 +280,14 @@ def add_run(sub) -> None:
         help="pytest-xdist workers: a number, or auto (a worker per 2 cores, bounded by available memory; "
         "harness.support.parallel). Default 1: on 2 cores two workers were slower",
     )
+    r.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        help="run only the tensor-parallel rows at this size (CPU build: ranks bound to cores, memory checked), into "
+        "reports/<env>-tp<N>.*; e.g. --tp 8",
+    )
+    r.add_argument("--tp-models", default=TP_MODELS, help=f"with --tp: the tiny models (default {TP_MODELS})")
     r.add_argument(
         "--observe",
         action="store_true",

@@ -294,8 +294,8 @@ def answer_table(m: dict) -> str:
     releases = list(CLIENTS)
     lines = [
         ANSWER_BEGIN,
-        "| vLLM | CPU run | " + " | ".join(f"speculators {r}" for r in releases) + " |",
-        "|---|---|" + "---|" * len(releases),
+        "| vLLM | CPU run | TP > 1 | " + " | ".join(f"speculators {r}" for r in releases) + " |",
+        "|---|---|---|" + "---|" * len(releases),
     ]
     for col in reversed(m["columns"]):
         ver = col["version"]
@@ -304,7 +304,10 @@ def answer_table(m: dict) -> str:
             cell = m["clients"][r].get(ver, {"verdict": NOT_OBSERVED})
             word = WORD[cell["verdict"]] + (f" ({', '.join(cell['models'])})" if cell.get("models") else "")
             cells.append(word + ("" if cell.get("complete", True) else " (partial run)") + build_mark(cell))
-        lines.append(f"| {ver} | {col['status']} | " + " | ".join(cells) + " |")
+        tp = ", ".join(
+            f"{n}" + ("" if r == "pass" else " (fail)") for n, r in (col.get("tensor_parallel") or {}).items()
+        )
+        lines.append(f"| {ver} | {col['status']} | {tp or '—'} | " + " | ".join(cells) + " |")
     return "\n".join(lines + [ANSWER_END])
 
 

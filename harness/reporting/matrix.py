@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from harness.envs.tox_envs import versions
@@ -35,6 +36,7 @@ def merge(report_dir: Path = REPORTS) -> dict:
             for v, cell in client_axis.cells(rep, status, evidence).items():
                 clients[v][ver] = cell
             col.update(_column(rep, status, gaps, supplement))
+            col["tensor_parallel"] = tensor_parallel(report_dir, meta["env"])
             _contract_cells(rows, ver, rep)
             _e2e_cells(rows, ver, rep, status)
             _label_cpu_build_faults(rows, ver, rep)
@@ -63,6 +65,26 @@ def merge(report_dir: Path = REPORTS) -> dict:
         "slowest_env": slowest,
         "proofs_s_total": round(sum(c.get("proofs_s") or 0 for c in columns), 1),
     }
+
+
+_TP_ROW = re.compile(r"^TP=(\d+):")
+
+
+def tensor_parallel(report_dir: Path, env: str) -> dict[str, str]:
+    """TP size -> "pass" or "fail", from the TP rows of every report of this build: its run, its supplement and
+    its TP runs (`harness run --tp N`: <env>-tp<N>.json). A size with any failed row is "fail"."""
+    paths = [report_dir / f"{env}.json", report_dir / f"{env}.incomplete.json"]
+    paths += sorted(report_dir.glob(f"{env}-tp*.json"))
+    sizes: dict[str, str] = {}
+    for path in paths:
+        if not path.is_file():
+            continue
+        for row in json.loads(path.read_text()).get("e2e", []):
+            found = _TP_ROW.match(row.get("check", ""))
+            if found and row.get("result") in ("pass", "fail"):
+                size = found.group(1)
+                sizes[size] = "fail" if "fail" in (sizes.get(size), row["result"]) else "pass"
+    return dict(sorted(sizes.items(), key=lambda kv: int(kv[0])))
 
 
 def _unrunnable(meta: dict, path: Path) -> str | None:

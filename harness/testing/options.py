@@ -19,6 +19,8 @@ def pytest_addoption(parser):
     g.addoption("--harness-no-report", action="store_true", help="do not write reports/<env>.*")
     g.addoption("--harness-only-rows", help="run only the tests observing these report rows (comma-separated)")
     g.addoption("--harness-only-models", help="run only the tests observing these tiny models' rows (comma-separated)")
+    g.addoption("--harness-tp", type=int, default=2, help="tensor_parallel_size of the TP rows (suites/e2e, CPU build)")
+    g.addoption("--harness-tp-models", help="tiny models the TP rows run (comma-separated; default the suite's)")
     gpu = parser.getgroup("harness GPU tier (-m gpu)")
     gpu.addoption("--model-path", help="checkpoint folder (env HARNESS_GPU_MODEL_PATH)")
     gpu.addoption("--tp", type=int, help="tensor_parallel_size (env HARNESS_GPU_TP, default 8)")

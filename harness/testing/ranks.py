@@ -59,3 +59,18 @@ def judged(facts: list[dict], replied: int, size: int) -> tuple[bool, str]:
         + f"{len(first['shims']) if first else 0} shims on every rank"
     )
     return not problems, said + ("" if not problems else " -- " + "; ".join(problems))
+
+
+def resident_gib(gen) -> float:
+    """The workers' resident memory together, in GiB (what N ranks cost this machine, the driver aside)."""
+    import psutil
+
+    from harness.runtime.executor_view import worker_procs
+
+    total = 0
+    for _, proc in worker_procs(gen.real_executor):
+        try:
+            total += psutil.Process(proc.pid).memory_info().rss
+        except psutil.Error:
+            continue
+    return total / (1 << 30)

@@ -24,16 +24,29 @@ from harness.testing.leaks import shm_entries, shm_left
 from harness.testing.probe_context import MAX_MODEL_LEN
 from harness.testing.recording import not_applicable, not_applicable_if_declared_broken
 
-TP = 2
+#: The suite's TP rows run these models at `--harness-tp` ranks (default 2); `harness run --tp 8` runs the model
+#: sized for 8 (`--harness-tp-models`).
 MODELS = ("tiny-llama", "tiny-kimi-k25")
+
+
+def pytest_generate_tests(metafunc):
+    if "name" in metafunc.fixturenames and "tp" in metafunc.fixturenames:
+        chosen = metafunc.config.getoption("--harness-tp-models")
+        metafunc.parametrize("name", chosen.split(",") if chosen else MODELS)
+
+
+@pytest.fixture
+def tp(request) -> int:
+    return int(request.config.getoption("--harness-tp"))
+
+
 #: The soak at TP=N: fewer calls than the TP=1 soak's (two ranks on two cores), the same kinds of call.
 SOAK_SEED, SOAK_CALLS = 29, 8
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_tp2_states_equal_transformers_and_the_fast_path_equals_the_loop(name, runs, record_e2e, expectations):
+def test_tp_states_equal_transformers_and_the_fast_path_equals_the_loop(name, tp, runs, record_e2e, expectations):
     run = runs(name)  # the TP=1 run says whether this model runs on this vLLM at all (and sets up MLA as it does)
-    check = f"TP={TP}: vs transformers hidden_states[k+1], float64; fast path == loop, bitwise"
+    check = f"TP={tp}: vs transformers hidden_states[k+1], float64; fast path == loop, bitwise"
     if run.absent:
         record_e2e(name, check, "n/a", run.absent)
         not_applicable(run.absent)
@@ -48,14 +61,14 @@ def test_tp2_states_equal_transformers_and_the_fast_path_equals_the_loop(name, r
     with patched_generator(
         model.path,
         list(model.probe_layers),
-        tensor_parallel_size=TP,
+        tensor_parallel_size=tp,
         max_model_len=MAX_MODEL_LEN,
         options=options_for(model, dtype="float32"),
     ) as gen:
         loop = gen.generate(batch)
         fast = gen.generate(batch, fast=True)
         layer_ids = gen.layer_ids
-        across = across_ranks(gen)
+        across = across_ranks(gen, tp)
     c = reference.against([r["hidden_states"] for r in loop], model.path, batch, layer_ids)
     bitwise = all(
         torch.equal(x, y)
@@ -70,22 +83,22 @@ def test_tp2_states_equal_transformers_and_the_fast_path_equals_the_loop(name, r
         f"{c.said()}; fast == loop bitwise: {bitwise}; layers {layer_ids}",
         max_abs_diff=c.diff,
     )
-    assert c.held, f"TP={TP} states vs transformers: {c.said()}"
-    assert bitwise, f"TP={TP}: the fast path's states are not bitwise speculators' loop's"
+    assert c.held, f"TP={tp} states vs transformers: {c.said()}"
+    assert bitwise, f"TP={tp}: the fast path's states are not bitwise speculators' loop's"
     held, said = across
     left = shm_left(shm_before)
     held = held and not left
     said += f"; /dev/shm left after shutdown: {sorted(left) or 'none'}"
     record_e2e(
         name,
-        f"TP={TP}: rank 0 replies and captures, no hand-off elsewhere, same shims, soak calls",
+        f"TP={tp}: rank 0 replies and captures, no hand-off elsewhere, same shims, soak calls",
         "pass" if held else "fail",
         said,
     )
     assert held, said
 
 
-def across_ranks(gen) -> tuple[bool, str]:
+def across_ranks(gen, tp: int) -> tuple[bool, str]:
     """The multi-rank checks on a running TP=N generator (harness.testing.ranks), after a short soak: calls that
     grow, shrink, straddle the step budget and repeat, each held to the prompt-alone bound, no worker replaced."""
     from harness.scenarios import soak
@@ -97,11 +110,12 @@ def across_ranks(gen) -> tuple[bool, str]:
     call = gen.real_executor.collective_rpc
     replied = call("_harness_call", args=(ranks.tp_rank,), unique_reply_rank=0)
     replied = replied[0] if isinstance(replied, list) else replied  # C-rpc: a list of one before 0.11.1
-    held, said = ranks.judged(call("_harness_call", args=(ranks.rank_facts,)), int(replied), TP)
+    held, said = ranks.judged(call("_harness_call", args=(ranks.rank_facts,)), int(replied), tp)
     rep = result.to_json()
     said += (
         f"; soak {rep['calls']} calls (seed {SOAK_SEED}), tokens {min(rep['tokens_per_call'])}-"
         f"{max(rep['tokens_per_call'])}, workers replaced: {rep['workers_restarted']}, "
         f"failures: {rep['failures'] or 'none'}"
     )
+    said += f"; ranks' resident memory after the soak: {ranks.resident_gib(gen):.1f} GiB"
     return held and result.ok, said

@@ -213,3 +213,16 @@ def test_a_fault_is_named_only_on_a_broken_expectation(tmp_path):
     bad.write_text('[contracts]\n"x" = { outcome = "broken", fault = "cuda", reason = "r" }\n')
     with pytest.raises(expectations.BadExpectations, match="one of"):
         expectations.load_file(bad, facts={})
+
+
+def test_the_tp_sizes_a_build_was_observed_at_come_from_every_report_of_it(tmp_path):
+    def rows(*checks):
+        return {"e2e": [{"model": "m", "check": c, "result": r} for c, r in checks]}
+
+    (tmp_path / "vllm016.json").write_text(json.dumps(rows(("TP=2: vs transformers", "pass"), ("other", "fail"))))
+    (tmp_path / "vllm016-tp8.json").write_text(
+        json.dumps(rows(("TP=8: vs transformers", "pass"), ("TP=8: rank 0 replies", "fail")))
+    )
+    (tmp_path / "vllm017.json").write_text(json.dumps(rows(("TP=2: vs transformers", "n/a"))))
+    assert matrix.tensor_parallel(tmp_path, "vllm016") == {"2": "pass", "8": "fail"}
+    assert matrix.tensor_parallel(tmp_path, "vllm017") == {}, "a row that did not run observes no size"
