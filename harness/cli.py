@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"%(prog)s {harness_version()}")
+    p.add_argument("--version", action="version", version=f"harness {harness_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     for add in (  # in the order `--help` lists them
         run.add_run,

@@ -121,3 +121,28 @@ def test_the_action_leaves_the_caller_s_python_and_workspace_alone():
     env = steps[-1]["env"]
     assert env["GATE_PYTHON"] == "${{ steps.python.outputs.python-path }}"
     assert env["HARNESS_GATE_CACHE"].startswith("${{ runner.temp }}")
+
+
+def test_every_yaml_block_in_the_docs_is_yaml():
+    """A snippet a team copies must at least parse: an expression inside a flow mapping (`with: {...}`) unquoted
+    does not. (actionlint's further checks need whole workflows; these are snippets.)"""
+    import re
+
+    blocks = [
+        (md.name, block)
+        for md in sorted((REPO_ROOT / "docs").glob("*.md"))
+        for block in re.findall(r"```ya?ml\n(.*?)```", md.read_text(), re.S)
+    ]
+    assert blocks, "no YAML blocks found in docs/"
+    for name, block in blocks:
+        try:
+            yaml.safe_load(block)
+        except yaml.YAMLError as e:
+            raise AssertionError(f"docs/{name}: a YAML block does not parse: {e}\n{block}") from None
+
+
+def test_the_reusable_gate_workflow_outputs_what_the_docs_promise():
+    called = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / "gate-call.yml").read_text())
+    outputs = called[True]["workflow_call"]["outputs"] if True in called else called["on"]["workflow_call"]["outputs"]
+    assert {"verdict", "reason", "artifact"} <= set(outputs)
+    assert {"verdict", "reason", "artifact"} <= set(called["jobs"]["gate"]["outputs"])
