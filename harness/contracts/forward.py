@@ -17,7 +17,8 @@ normalises, told by running that normalisation again: harness.subjects.own_strea
 speculators' place. A reference that formed speculators' sum would agree with speculators on every model. Each pass
 is an ordinary step of its own, one forward per step, so neither can disturb the other (a step that ran two
 forwards over one set of KV slots and attention metadata gave garbage on a cold MoE model); prefix caching is off in
-speculators' generator (C-prefixcache), so both passes compute every row.
+speculators' generator (C-prefixcache), and the prefix cache is emptied before each pass where it is on, so both
+passes compute every row.
 
 The bound: the same kernels on the same inputs and shapes give the same bits; where a platform reorders a reduction
 between two calls, the difference stays within a few units in the last place of the states' magnitude. So a layer
@@ -216,18 +217,28 @@ def _at_layer(result: dict) -> str:
     )
 
 
+def _no_cached_prefix(generator) -> None:
+    """Both passes compute every row of the prompt: where prefix caching is on (a shim proof that leaves
+    C-prefixcache's shim out), the cache the first pass filled is emptied before the next."""
+    reset = getattr(generator.scheduler, "reset_prefix_cache", None)
+    if reset is not None:
+        reset()
+
+
 def compare(generator, prompt: list[int]) -> tuple[dict, dict]:
     """Extract `prompt` through the stack's own forward, then through speculators' loop; (worst layer, where)."""
     call = generator.executor_view.real.collective_rpc
     where = call("_harness_call", args=(own_pass, True))[0]
     try:
         call("_harness_call", args=(entry_trace, True))
+        _no_cached_prefix(generator)
         own = generator.extract([prompt])
     finally:
         told = call("_harness_call", args=(own_pass, False))[0]["feeds_on"]
         fed_own = call("_harness_call", args=(entry_trace, False))[0]
     try:
         call("_harness_call", args=(entry_trace, True))
+        _no_cached_prefix(generator)
         spec = generator.extract([prompt])
     finally:
         fed_spec = call("_harness_call", args=(entry_trace, False))[0]

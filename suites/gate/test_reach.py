@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness.gate.read import reach
 
 FILES = {
@@ -182,3 +184,58 @@ def test_a_diff_is_shown_whole_and_a_new_function_with_its_code():
     assert "+    y = 1" in diff and "+    x.sort()" in diff
     added = function_diff(None, Fn("m:g", "m.py", 90, 92, "def g():\n    return step()", (), "c"))
     assert added == "+def g():\n+    return step()"
+
+
+LOGGED = """
+import logging
+
+logger = logging.getLogger(__name__)
+"""
+
+
+def _one_change(tmp_path, name, old_text, new_text):
+    """The changes one edit of EngineCore._helper (on the set-up path, in a module with a logger) makes."""
+    import shutil
+
+    core = "vllm/v1/engine/core.py"
+    old = tree(tmp_path, f"{name}-old", {core: ("from vllm.v1.core", LOGGED + "from vllm.v1.core")})
+    (old / core).write_text((old / core).read_text().replace('self.collective_rpc("warm_caches")', old_text))
+    new = tmp_path / f"{name}-new"
+    shutil.copytree(old, new)
+    (new / core).write_text((new / core).read_text().replace(old_text, new_text))
+    return reach.changes(reach.Index(old), reach.Index(new), old, new)
+
+
+HELPER = 'method = "warm_caches"\n        return self.collective_rpc(method)'
+
+
+@pytest.mark.parametrize(
+    "new,why",
+    [
+        ('name = "warm_caches"\n        return self.collective_rpc(name)', "local names"),
+        ('logger.debug("warming %s", self)\n        ' + HELPER, "logging calls"),
+        ('method: str = "warm_caches"\n        return self.collective_rpc(method)', "type annotations"),
+        (
+            'logger.info("warm")\n        name: str = "warm_caches"\n        return self.collective_rpc(name)',
+            "type annotations and logging calls and local names",
+        ),
+    ],
+)
+def test_a_neutral_edit_is_classified_by_rule_and_still_listed(tmp_path, new, why):
+    [c] = _one_change(tmp_path, "n", HELPER, new)
+    assert (c.key, c.kind) == ("vllm.v1.engine.core:EngineCore._helper", "neutral")
+    assert c.why == f"neutral: only {why} differ" and c.diff, "listed with its diff, never dropped"
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        'logger.debug("warming %s", self.queue.pop())\n        ' + HELPER,  # the log line's argument changes state
+        'log.debug("warming")\n        ' + HELPER,  # no such logger in the module: a NameError at run time
+        'method = "warm_caches"\n        return self.collective_rpc(Scheduler)',  # reads another binding
+        'method = "warm_caches"\n        self.model_executor.prime()\n        return self.collective_rpc(method)',
+    ],
+)
+def test_an_edit_the_rule_does_not_cover_stays_changed(tmp_path, new):
+    [c] = _one_change(tmp_path, "c", HELPER, new)
+    assert c.kind == "changed" and not c.why

@@ -9,8 +9,9 @@ JSON report (`reports/gate-<from>-to-<to>.json`, schema "harness-gate/1"):
   outside, `findings`, `shims`, `note`}; "surface" is speculators' vLLM use outside every contract, "runtime"
   the vLLM use of the harness's worker extension, executor view and transport
 * `paths`: contract -> {`reached`: platform -> functions its watched path reaches, `unclassified`, `classified`,
-  `compatible`, `observed`}; `unclassified`: [{`contract`, `platform`, `key`, `kind` (changed | new), `evidence`,
-  `via`, `diff`}] (`classified`: the same with `classified_by`, the finding of a targeted check inside it)
+  `compatible`, `neutral`, `observed`}; `unclassified`: [{`contract`, `platform`, `key`, `kind` (changed | new), `evidence`,
+  `via`, `diff`}] (`classified`: the same with `classified_by`, the finding of a targeted check inside it;
+  `neutral`: the same with `why`, the neutral-edit rule's reason)
 * `findings`: [{`contract`, `symbol`, `kind`, `old`, `new`, `evidence` (file:line in the new
   source), `site` (speculators' line), `status` (covered | accepted | uncovered), `shim`,
   `reason`, `detail`}]
@@ -57,6 +58,7 @@ def to_json(gate: Gate) -> dict:
         "paths": gate.paths,
         "unclassified": [c.to_json() for c in gate.unclassified],
         "classified": [c.to_json() for c in gate.classified],
+        "neutral": [c.to_json() for c in gate.neutral],
         "allowlist": {
             "file": gate.meta.get("allowlist"),
             "entries": gate.meta.get("allowlist_entries", []),
@@ -83,7 +85,7 @@ def markdown(gate: Gate) -> str:
         "",
     ]
     lines += _observation_section(gate)
-    lines += _warnings(gate) + _findings_table(gate) + _unclassified_section(gate)
+    lines += _warnings(gate) + _findings_table(gate) + _unclassified_section(gate) + _neutral_section(gate)
     if gate.shims:
         lines += ["**Shims the new version needs for these changes:** " + ", ".join(f"`{s}`" for s in gate.shims), ""]
     lines += _contracts_table(gate) + _open_and_carried(gate)
@@ -182,6 +184,22 @@ def _unclassified_section(gate: Gate) -> list[str]:
     return lines + ["</details>", ""]
 
 
+def _neutral_section(gate: Gate) -> list[str]:
+    """The changes the neutral-edit rule classified (docs/gate.md), with why and their diffs: read, never open."""
+    if not gate.neutral:
+        return []
+    lines = [
+        f"**{len(gate.neutral)} neutral change(s) on a watched path** (a rename of locals, logging calls, "
+        "annotations: nothing speculators reads can change):",
+        "",
+        "<details><summary>diffs</summary>",
+        "",
+    ]
+    for c in gate.neutral:
+        lines += [f"`{c.key}` (`{c.evidence}`): {c.why}", "```diff", c.diff, "```", ""]
+    return lines + ["</details>", ""]
+
+
 def _path_cell(p: dict | None) -> str:
     """A contract's watched path in one cell: functions reached per platform and what changed on them."""
     if p is None:
@@ -189,13 +207,14 @@ def _path_cell(p: dict | None) -> str:
     if p["unclassified"]:
         state = f"{p['unclassified']} changed-unclassified"
     else:
-        state = "unchanged" if not (p["classified"] or p["compatible"]) else ""
+        state = "unchanged" if not (p["classified"] or p["compatible"] or p.get("neutral")) else ""
     return (
         ", ".join(f"{k} {v}" for k, v in p["reached"].items())
         + " functions; "
         + state
         + (f", {p['classified']} classified" if p["classified"] else "")
         + (f", {p['compatible']} compatible" if p["compatible"] else "")
+        + (f", {p['neutral']} neutral" if p.get("neutral") else "")
         + (", observed on the candidate" if p["observed"] else "")
     )
 

@@ -53,6 +53,8 @@ class Gate:
     #: Watched-path changes (harness.gate.read.reach): open ones, ones a targeted check classified, and per contract.
     unclassified: list = field(default_factory=list)
     classified: list = field(default_factory=list)
+    #: Changes the neutral-edit rule classified (harness.gate.read.reach.neutral): listed, never open.
+    neutral: list = field(default_factory=list)
     paths: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)  # speculators, surface, sources, allowlist file, timings
     #: The candidate observed on the rows that settle what the reading found (harness.gate.observe), or None.
@@ -144,14 +146,18 @@ def _paths(gate: Gate, paths: tuple | None, dynamic: dict | None, entries: list[
 def _path_of(gate: Gate, cid: str, mine: list, reached: dict, observed: set) -> dict:
     """One contract's watched path: its open changes join the gate's unclassified, its classified ones the
     classified; the counts."""
-    is_open = [c for c in mine if c.kind != "compatible" and not c.classified_by and cid not in observed]
+    is_open = [
+        c for c in mine if c.kind not in ("compatible", "neutral") and not c.classified_by and cid not in observed
+    ]
     gate.unclassified += [c for c in is_open if c not in gate.unclassified]
     gate.classified += [c for c in mine if c.classified_by and c not in gate.classified]
+    gate.neutral += [c for c in mine if c.kind == "neutral" and not c.classified_by and c not in gate.neutral]
     return {
         "reached": reached,
         "unclassified": len(is_open),
         "classified": sum(bool(c.classified_by) for c in mine),
         "compatible": sum(c.kind == "compatible" for c in mine),
+        "neutral": sum(c.kind == "neutral" for c in mine),
         "observed": cid in observed and bool(mine),
     }
 

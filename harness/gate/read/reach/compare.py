@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from harness.gate.read.reach.follow import platform_roles, reachable
 from harness.gate.read.reach.index import Fn, Index
+from harness.gate.read.reach.neutral import module_names, neutral
 from harness.gate.read.reach.scope import WATCH
 
 
@@ -18,12 +20,13 @@ class Change:
     contract: str
     platform: str
     key: str
-    kind: str  # "changed" | "new" | "compatible"
+    kind: str  # "changed" | "new" | "compatible" | "neutral" (harness.gate.read.reach.neutral: `why`)
     evidence: str  # file:line in the candidate
     via: str  # how the watched path reaches it
     diff: str = ""
     contracts: list = field(default_factory=list)  # every contract whose path reaches it
     classified_by: str | None = None  # a targeted check's finding inside this function
+    why: str = ""  # a neutral change: which of the rule's edits it is
 
     def to_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -67,15 +70,36 @@ def changes(old: Index, new: Index, old_root: Path, new_root: Path) -> list[Chan
                     o = same[0] if len(same) == 1 else None
                 if o is not None and o.text == fn.text:
                     continue
-                if o is None:
-                    kind = "new"
-                elif o.body == fn.body and compatible_signature(o.signature, fn.signature):
-                    kind = "compatible"
-                else:
-                    kind = "changed"
+                kind, why = _kind(o, fn, loggers(old_root, o), loggers(new_root, fn))
                 diff = function_diff(o, fn)
-                out[key] = Change(contract, platform.name, key, kind, f"{fn.file}:{fn.line}", via, diff, [contract])
+                out[key] = Change(
+                    contract, platform.name, key, kind, f"{fn.file}:{fn.line}", via, diff, [contract], why=why
+                )
     return list(out.values())
+
+
+def _kind(o: Fn | None, fn: Fn, old_loggers: frozenset, new_loggers: frozenset) -> tuple[str, str]:
+    if o is None:
+        return "new", ""
+    if o.body == fn.body and compatible_signature(o.signature, fn.signature):
+        return "compatible", ""
+    why = neutral(o.node, fn.node, old_loggers, new_loggers)
+    return ("neutral", why) if why else ("changed", "")
+
+
+def loggers(root: Path, fn: Fn | None) -> frozenset:
+    """The top-level names of the module `fn` lives in (a log line's logger must be one)."""
+    return frozenset() if fn is None else _module_names(str(Path(root) / fn.file))
+
+
+@lru_cache(maxsize=1024)
+def _module_names(path: str) -> frozenset:
+    import ast
+
+    try:
+        return module_names(ast.parse(Path(path).read_text(encoding="utf-8-sig")))
+    except (OSError, SyntaxError):
+        return frozenset()
 
 
 def function_diff(old: Fn | None, new: Fn) -> str:

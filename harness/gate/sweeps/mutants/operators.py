@@ -23,7 +23,7 @@ PROTOCOL = (
     "add-sort",
     "move-sort",
 )
-NEUTRAL = ("docstring-edit", "comment-edit", "optional-kwarg", "new-module")
+NEUTRAL = ("docstring-edit", "comment-edit", "optional-kwarg", "new-module", "local-rename", "log-line")
 #: Attributes read on the worker, runner and input batch by speculators 0.3.0 and the harness's shims.
 READ_ATTRIBUTES = (
     "model_runner",
@@ -348,5 +348,8 @@ def generate(release: str, root: Path, per_operator: int, seed: int = 2026) -> t
     added_sorts(c, request)
     moved_sorts(c, request)
     neutral_edits(c, watched)
+    from harness.gate.sweeps.mutants.code_edits import neutral_code_edits
+
+    neutral_code_edits(c, watched)
     new_modules(c)
     return sample(release, c.found, per_operator, rng)
