@@ -30,6 +30,23 @@ class Ref:
         return self.head + self.chain
 
 
+def _keyword(tree: Tree, sig, kw: str) -> tuple[bool | None, str]:
+    """Whether the callee takes keyword `kw`: a parameter of that name, or its `**kwargs` and then a use of it
+    (harness.vllm_source.kwargs_fate: absorbed and never read is not accepted)."""
+    p = sig.named(kw)
+    if p is not None and p.kind != "positional-only":
+        return True, "accepted"
+    if not sig.takes_any_keyword:
+        return False, "not accepted"
+    if sig.fn is None:
+        return True, "accepted by **kwargs (a constructor's fields: not followed)"
+    from harness.vllm_source.kwargs_fate import fate
+
+    found = fate(tree, sig.fn, kw)
+    said = {True: "accepted", False: "not accepted", None: "undecided"}[found.used]
+    return found.used, f"{said}: {found.how}"
+
+
 def call_facts(tree: Tree, ref: Ref, call: Call, contract: str) -> list[Fact]:
     """Does `call` (keywords, positionals) still fit the signature of what it reaches?"""
     site = f"{call.module.rsplit('.', 1)[-1]}.py:{call.line}"
@@ -38,14 +55,13 @@ def call_facts(tree: Tree, ref: Ref, call: Call, contract: str) -> list[Fact]:
         return [Fact(contract, ref.symbol, "signature", "signature not readable statically", None, site=site)]
     facts = []
     for kw in call.keywords:
-        p = sig.named(kw)
-        ok = (p is not None and p.kind != "positional-only") or sig.takes_any_keyword
+        ok, said = _keyword(tree, sig, kw)
         facts.append(
             Fact(
                 contract,
                 f"{ref.symbol}({kw}=)",
                 "keyword",
-                "accepted" if ok else "not accepted",
+                said,
                 ok,
                 "keyword-removed",
                 sig.where,

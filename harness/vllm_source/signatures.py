@@ -5,8 +5,8 @@ Struct). The gate compares these against the calls speculators and the shims mak
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the contracts import this module at run time, where griffe (the tree's loader) may be absent
     from harness.vllm_source.tree import Tree
@@ -28,6 +28,7 @@ class Param:
 class Signature:
     params: tuple[Param, ...]
     where: str  # file:line of the def (or class, for a dataclass-like constructor)
+    fn: Any = field(default=None, compare=False)  # the griffe function read (its body: harness.vllm_source.kwargs_fate)
 
     def named(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name and p.kind not in ("*args", "**kwargs")), None)
@@ -86,7 +87,7 @@ def _function_signature(tree: Tree, fn, bound: bool) -> Signature:
     drops_first = bound or "classmethod" in fn.labels or fn.name == "__init__"
     if drops_first and is_method and params and params[0].kind in ("positional-only", "positional"):
         params = params[1:]
-    return Signature(tuple(params), tree.where(fn))
+    return Signature(tuple(params), tree.where(fn), fn)
 
 
 def _dataclass_like(tree: Tree, cls) -> bool:

@@ -239,3 +239,45 @@ def test_the_quick_mutation_run_flags_every_protocol_mutant_and_no_neutral_one(t
     assert rep["operators"] >= 6 and rep["protocol"]["mutants"] >= 6, rep["by_operator"]
     assert not rep["missed"] and not rep["false_alarms"], (tmp_path / "m.md").read_text()
     assert "ERROR" not in rep["verdicts"], rep["verdicts"]
+
+
+def _absorbing_request(tree: Path, body_line: str) -> None:
+    """Request.__init__ with `prompt_token_ids` renamed `prompt_tokens` (now optional, last) and a `**kwargs` added,
+    `body_line` put before the attribute is set (a use of the mapping, or nothing)."""
+    path = tree / "vllm/v1/request.py"
+    text = path.read_text()
+    for old, new in (
+        ("        prompt_token_ids: list[int] | None,\n        sampling_params", "        sampling_params"),
+        (
+            "        self.prompt_token_ids = prompt_token_ids\n",
+            f"{body_line}        self.prompt_token_ids = prompt_tokens\n",
+        ),
+        (
+            "    ) -> None:\n        self.request_id = request_id\n",
+            "        prompt_tokens: list[int] | None = None,\n        **kwargs,\n    ) -> None:\n"
+            "        self.request_id = request_id\n",
+        ),
+    ):
+        assert text.count(old) == 1, f"the 0.32.0 sources no longer hold {old!r}"
+        text = text.replace(old, new)
+    compile(text, str(path), "exec")
+    path.write_text(text)
+
+
+def test_a_keyword_renamed_behind_kwargs_is_dropped_not_accepted(fabricate):
+    """speculators calls Request(prompt_token_ids=...); the callee renamed the parameter and took **kwargs: the call
+    still succeeds and the prompt is silently lost. A signature with **kwargs accepts the keyword; its body never
+    reads it: a finding (the gate once called it accepted, and SAFE)."""
+    tree, gate = fabricate
+    _absorbing_request(tree, "")
+    rc, rep, md = gate()
+    [kw] = [f for f in _findings(rep, "request", "keyword-removed") if "prompt_token_ids=" in f["symbol"]]
+    assert "never read: the value is dropped" in kw["new"] and kw["status"] == "uncovered", md
+    assert rc == 1, md
+
+
+def test_a_keyword_read_from_kwargs_by_name_is_accepted(fabricate):
+    tree, gate = fabricate
+    _absorbing_request(tree, '        prompt_tokens = kwargs.pop("prompt_token_ids", prompt_tokens)\n')
+    rc, rep, md = gate()
+    assert not [f for f in _findings(rep, "request", "keyword-removed") if "prompt_token_ids=" in f["symbol"]], md
