@@ -4,7 +4,7 @@ it (a role the path enters) or lists it as a step (a leaf)."""
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.gate.read.reach.index import Fn, Index
@@ -15,14 +15,16 @@ from harness.gate.read.reach.scope import ENGINE, EXECUTORS, NEVER_ENABLED, PLAT
 class Platform:
     name: str
     roles: dict[str, list[str]]  # role -> concrete classes
+    #: A role class -> the subclasses vLLM constructs instead (whose overrides run): `instantiated_subclasses`.
+    subclasses: dict[str, list[str]] = field(default_factory=dict)
 
     def role_of(self, index: Index, cls: str | None) -> str | None:
-        """The role a class plays here: one of the role classes or a base of one."""
+        """The role a class plays here: one of the role classes, a base of one, or a subclass vLLM runs instead."""
         if cls is None:
             return None
         for role, classes in self.roles.items():
             for c in classes:
-                if cls == c or any(x.dotted == cls for x in index.mro(c)):
+                if cls == c or cls in self.subclasses.get(c, ()) or any(x.dotted == cls for x in index.mro(c)):
                     return role
         return None
 
@@ -31,6 +33,7 @@ def platform_roles(root: Path, index: Index) -> list[Platform]:
     from harness.vllm_source import runners
 
     out = []
+    engines = instantiated_subclasses(index, ENGINE)
     for name, (module, cls) in PLATFORMS.items():
         read = runners.read(str(root), module)
         built = [r.path for r in read.defaults if index.cls(r.path) is not None]
@@ -46,6 +49,7 @@ def platform_roles(root: Path, index: Index) -> list[Platform]:
                     "executor": list(EXECUTORS),
                     "batch": batch,
                 },
+                {ENGINE: engines},
             )
         )
     return out
@@ -84,6 +88,35 @@ def _rpc_name(call: ast.Call) -> str | None:
     return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
 
 
+def instantiated_subclasses(index: Index, base: str) -> list[str]:
+    """In-tree subclasses of `base` that vLLM constructs (a call of the class, outside a branch a never-enabled feature
+    guards): the classes whose overrides run instead of `base`'s (EngineCoreProc, which the multiprocess engine
+    runs, over EngineCore)."""
+    found: set[str] = set()
+    for fn in index.all_functions().values():
+        if fn.node is None:
+            continue
+        module = fn.key.split(":")[0]
+        for call in _calls(fn.node):
+            if isinstance(call.func, ast.Name):
+                cls = index.resolve_class(module, call.func.id)
+                if cls and cls != base and any(c.dotted == base for c in index.mro(cls)):
+                    found.add(cls)
+    return sorted(found)
+
+
+def _overrides(index: Index, platform: Platform, fn: Fn, concrete: str | None, via: str):
+    """The overrides of `fn` in the subclasses of its concrete class that vLLM constructs instead (each with that
+    subclass as `self`): a method overridden by the class that runs is on the path too."""
+    if concrete is None or "." not in fn.key.split(":")[1]:
+        return
+    name = fn.key.rsplit(".", 1)[1]
+    for sub in platform.subclasses.get(concrete, ()):
+        other = index.method(sub, name)
+        if other is not None and other.key != fn.key:
+            yield other, sub, f"{via} (run as {sub.rsplit('.', 1)[1]})"
+
+
 def reachable(index: Index, platform: Platform, entries, enter: frozenset[str]) -> dict[str, tuple[Fn, str, bool]]:
     """Function key -> (function, how it was reached, followed) for what the entry points reach on `platform`;
     followed False: a step into a role the path does not enter (listed, not compared)."""
@@ -111,6 +144,7 @@ def reachable(index: Index, platform: Platform, entries, enter: frozenset[str]) 
         defining = f"{module}.{qual.rsplit('.', 1)[0]}" if "." in qual else None
         for target, cls in _targets(index, platform, fn, module, concrete, defining):
             todo.append((target, cls, fn.key))
+        todo += list(_overrides(index, platform, fn, concrete, via))
     return seen
 
 

@@ -28,6 +28,7 @@ NEVER_ENABLED = (
     "has_encoder",
     "sleep_mode",
     "is_sleeping",
+    "data_parallel",
 )
 #: Attribute names whose class is a role, resolved per platform.
 ROLES = {
