@@ -9,8 +9,10 @@ on the workers); calls of vLLM functions are read too (`Step.on_executor` False)
 plan speculators computes its own way (C-kvhelpers). Steps under a condition on a feature speculators' configuration never
 enables (`NEVER_ENABLED`) are left out; every other condition is kept in the step's text.
 
-A step is found wherever the set-up sends it: directly, through an EngineCore helper the method calls (`self.m()`,
-followed into EngineCore's own methods, their conditions kept), or by name (`collective_rpc("name")` on the executor
+The set-up is read from the class vLLM runs: EngineCore, or the subclass its module constructs (EngineCoreProc, the
+multiprocess engine: an override of `_initialize_kv_caches` or a helper there runs instead of EngineCore's, and its
+`super()` call runs EngineCore's). A step is found wherever the set-up sends it: directly, through a helper the
+method calls (`self.m()`, followed into the running class's methods, their conditions kept), or by name (`collective_rpc("name")` on the executor
 or through EngineCore's own wrapper: the step is the worker method of that name).
 """
 
@@ -34,7 +36,65 @@ NEVER_ENABLED = {
     "ec_transfer_config": "encoder-cache transfer",
     "VLLM_ELASTIC_EP": "elastic expert parallelism",
     "is_elastic_ep": "elastic expert parallelism",
+    "data_parallel": "data parallelism (one engine per data-parallel rank)",
 }
+
+
+def running_chain(tree: ast.Module, classes: dict) -> list[str]:
+    """EngineCore, then the subclass in its module that vLLM constructs to run it (EngineCoreProc: the multiprocess
+    engine), its own bases between: the methods that run are the last one's, else the ones before. A construction
+    a never-enabled feature guards (DPEngineCoreProc, data parallelism) does not count."""
+
+    def derives(name: str, seen=frozenset()) -> bool:
+        node = classes.get(name)
+        if node is None or name in seen:
+            return False
+        bases = [b.id for b in node.bases if isinstance(b, ast.Name)]
+        return CLASS in bases or any(derives(b, seen | {name}) for b in bases)
+
+    built: list[str] = []
+
+    def visit(node) -> None:
+        if isinstance(node, ast.If) and any(s in ast.unparse(node.test) for s in NEVER_ENABLED):
+            negated = isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not)
+            for child in node.body if negated else node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and derives(node.func.id):
+            built.append(node.func.id)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    if not built:
+        return [CLASS]
+    running, chain = built[0], []
+    while running and running != CLASS:
+        chain.insert(0, running)
+        node = classes[running]
+        running = next((b.id for b in node.bases if isinstance(b, ast.Name) and (b.id == CLASS or derives(b.id))), "")
+    return [CLASS, *chain]
+
+
+def _methods(chain: list) -> dict:
+    """Method name -> the definition that runs (the most derived class in `chain` that defines it)."""
+    out: dict = {}
+    for node in chain:
+        out.update({n.name: n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))})
+    return out
+
+
+def _helper(chain: list, methods: dict, receiver: str | None, attr: str | None, call: ast.Call):
+    """The method a `self.m()` or `super().m()` call in the set-up runs, or None (super(): the base's, EngineCore's
+    own definition of it)."""
+    if attr is None:
+        return None
+    if receiver == "self":
+        return methods.get(attr)
+    if receiver == "super()":
+        base = chain[0]  # EngineCore: the set-up a subclass's override extends
+        return next((n for n in base.body if isinstance(n, ast.FunctionDef) and n.name == attr), None)
+    return None
 
 
 @dataclass(frozen=True)
@@ -55,14 +115,16 @@ def steps(root: Path) -> tuple[list[Step], str | None]:
     if f is None:
         return [], None
     tree = parse(str(f))
-    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == CLASS), None)
-    fn = next((n for n in (cls.body if cls else ()) if isinstance(n, ast.FunctionDef) and n.name == METHOD), None)
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    cls = classes.get(CLASS)
+    chain = [classes[c] for c in running_chain(tree, classes)] if cls is not None else []
+    methods = _methods(chain)
+    fn = methods.get(METHOD)
     if cls is None or fn is None:
         return [], None
     imported = {k: v for k, v in imports_of(tree, MODULE).items() if v.startswith("vllm.")}
-    methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     found: list[Step] = []
-    entered: set[str] = {METHOD}
+    entered: set[int] = {id(fn)}
 
     def by_name(call: ast.Call) -> str | None:
         arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "method"), None)
@@ -91,9 +153,9 @@ def steps(root: Path) -> tuple[list[Step], str | None]:
                 found.append(Step(name, node.lineno, when, True))
             elif receiver in EXECUTOR_NAMES and attr:
                 found.append(Step(attr, node.lineno, when, True))
-            elif receiver == "self" and attr is not None and attr in methods and attr not in entered:
-                entered.add(attr)  # an EngineCore helper: its steps are the set-up's, under this call's conditions
-                for stmt in methods[attr].body:
+            elif (helper := _helper(chain, methods, receiver, attr, node)) is not None and id(helper) not in entered:
+                entered.add(id(helper))  # an EngineCore helper (or the base's, through super()): its steps are the
+                for stmt in helper.body:  # set-up's, under this call's conditions
                     visit(stmt, conditions)
             elif isinstance(func, ast.Name) and func.id in imported:
                 found.append(Step(func.id, node.lineno, when, False))

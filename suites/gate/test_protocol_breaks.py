@@ -281,3 +281,28 @@ def test_a_keyword_read_from_kwargs_by_name_is_accepted(fabricate):
     _absorbing_request(tree, '        prompt_tokens = kwargs.pop("prompt_token_ids", prompt_tokens)\n')
     rc, rep, md = gate()
     assert not [f for f in _findings(rep, "request", "keyword-removed") if "prompt_token_ids=" in f["symbol"]], md
+
+
+def test_a_set_up_step_in_the_override_the_multiprocess_engine_runs_is_a_finding(fabricate):
+    """vLLM's multiprocess engine runs EngineCoreProc, not EngineCore: a step added in an override of
+    `_initialize_kv_caches` there runs where EngineCore's base method would not show it (the gate once read only
+    the base class, and said SAFE)."""
+    tree, gate = fabricate
+    core = tree / "vllm/v1/engine/core.py"
+    text = core.read_text()
+    anchor = "class EngineCoreProc(EngineCore):\n"
+    assert text.count(anchor) == 1, "the 0.32.0 sources no longer hold the class this test extends"
+    override = (
+        "    def _initialize_kv_caches(self, vllm_config):\n"
+        "        self.model_executor.prime_kv_cache()\n"
+        "        return super()._initialize_kv_caches(vllm_config)\n\n"
+    )
+    body = text.index("\n", text.index('"""', text.index(anchor) + len(anchor) + 4) + 3) + 1  # after the docstring
+    core.write_text(text[:body] + "\n" + override + text[body:])
+    compile(core.read_text(), str(core), "exec")
+    rc, rep, md = gate()
+    [step] = _findings(rep, "kvlayout", "setup-step-skipped")
+    assert step["symbol"].endswith("executor.prime_kv_cache()") and step["status"] == "uncovered", md
+    assert rc == 1 and rep["verdict"] == "NEEDS-NEW-SHIM", md
+    changed = {c["key"]: c for c in rep["unclassified"] + rep["classified"]}
+    assert "vllm.v1.engine.core:EngineCoreProc._initialize_kv_caches" in changed, "the override is on the path"

@@ -107,10 +107,12 @@ def instantiated_subclasses(index: Index, base: str) -> list[str]:
 
 def _overrides(index: Index, platform: Platform, fn: Fn, concrete: str | None, via: str):
     """The overrides of `fn` in the subclasses of its concrete class that vLLM constructs instead (each with that
-    subclass as `self`): a method overridden by the class that runs is on the path too."""
+    subclass as `self`): a method overridden by the class that runs is on the path too. Constructors aside."""
     if concrete is None or "." not in fn.key.split(":")[1]:
         return
     name = fn.key.rsplit(".", 1)[1]
+    if name == "__init__":  # the subclass's own process plumbing (EngineCoreProc: sockets, handshakes) around
+        return  # the base's set-up, which it runs through super().__init__: not a step speculators replays
     for sub in platform.subclasses.get(concrete, ()):
         other = index.method(sub, name)
         if other is not None and other.key != fn.key:
