@@ -22,6 +22,8 @@ PROTOCOL = (
     "rename-attribute",
     "add-sort",
     "move-sort",
+    "override-step",
+    "kwarg-absorbed",
 )
 NEUTRAL = ("docstring-edit", "comment-edit", "optional-kwarg", "new-module", "local-rename", "log-line")
 #: Attributes read on the worker, runner and input batch by speculators 0.3.0 and the harness's shims.
@@ -348,8 +350,10 @@ def generate(release: str, root: Path, per_operator: int, seed: int = 2026) -> t
     added_sorts(c, request)
     moved_sorts(c, request)
     neutral_edits(c, watched)
-    from harness.gate.sweeps.mutants.code_edits import neutral_code_edits
+    from harness.gate.sweeps.mutants.code_edits import absorbed_keywords, neutral_code_edits, override_steps
 
     neutral_code_edits(c, watched)
+    override_steps(c, setup)
+    absorbed_keywords(c)
     new_modules(c)
     return sample(release, c.found, per_operator, rng)
