@@ -31,34 +31,37 @@ def rank_facts(worker) -> dict:
     }
 
 
-def judged(facts: list[dict], replied: int, size: int) -> tuple[bool, str]:
-    """Whether the ranks behaved as speculators assumes, and the row's text."""
+def problems(facts: list[dict], replied: int, size: int) -> list[str]:
+    """What the ranks did that speculators does not assume."""
     ranks = sorted(f["rank"] for f in facts)
     first = next((f for f in facts if f["rank"] == 0), None)
     others = [f for f in facts if f["rank"] != 0]
-    problems = []
+    out = []
     if ranks != list(range(size)):
-        problems.append(f"ranks {ranks}, not 0..{size - 1}")
+        out.append(f"ranks {ranks}, not 0..{size - 1}")
     if replied != 0:
-        problems.append(f"the reply asked of rank 0 came from rank {replied}")
+        out.append(f"the reply asked of rank 0 came from rank {replied}")
     if first is None or first["captures"] == 0:
-        problems.append("rank 0 stored no captured states")
-    problems += [f"rank {f['rank']} stored captured states {f['captures']} times" for f in others if f["captures"]]
-    problems += [
-        f"rank {f['rank']} made {f['hand_off_buffers']} hand-off buffers" for f in others if f["hand_off_buffers"]
-    ]
-    shims = {tuple(f["shims"]) for f in facts}
-    if len(shims) != 1:
-        problems.append(
-            "the ranks apply different shims: " + "; ".join(f"rank {f['rank']}: {f['shims']}" for f in facts)
-        )
+        out.append("rank 0 stored no captured states")
+    out += [f"rank {f['rank']} stored captured states {f['captures']} times" for f in others if f["captures"]]
+    out += [f"rank {f['rank']} made {f['hand_off_buffers']} hand-off buffers" for f in others if f["hand_off_buffers"]]
+    if len({tuple(f["shims"]) for f in facts}) != 1:
+        out.append("the ranks apply different shims: " + "; ".join(f"rank {f['rank']}: {f['shims']}" for f in facts))
+    return out
+
+
+def judged(facts: list[dict], replied: int, size: int) -> tuple[bool, str]:
+    """Whether the ranks behaved as speculators assumes, and the row's text."""
+    first = next((f for f in facts if f["rank"] == 0), None)
+    others = [f for f in facts if f["rank"] != 0]
+    found = problems(facts, replied, size)
     said = (
         f"{size} ranks; the reply asked of rank 0 from rank {replied}; captures per rank "
         + ", ".join(f"{f['rank']}: {f['captures']}" for f in sorted(facts, key=lambda f: f["rank"]))
         + f"; hand-off buffers on other ranks: {sum(f['hand_off_buffers'] for f in others)}; "
         + f"{len(first['shims']) if first else 0} shims on every rank"
     )
-    return not problems, said + ("" if not problems else " -- " + "; ".join(problems))
+    return not found, said + ("" if not found else " -- " + "; ".join(found))
 
 
 def resident_gib(gen) -> float:

@@ -54,11 +54,11 @@ def running_chain(tree: ast.Module, classes: dict) -> list[str]:
 
     built: list[str] = []
 
-    def visit(node) -> None:
+    def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and any(s in ast.unparse(node.test) for s in NEVER_ENABLED):
             negated = isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not)
-            for child in node.body if negated else node.orelse:
-                visit(child)
+            for branch in node.body if negated else node.orelse:
+                visit(branch)
             return
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and derives(node.func.id):
             built.append(node.func.id)
@@ -68,7 +68,7 @@ def running_chain(tree: ast.Module, classes: dict) -> list[str]:
     visit(tree)
     if not built:
         return [CLASS]
-    running, chain = built[0], []
+    running, chain = built[0], list[str]()
     while running and running != CLASS:
         chain.insert(0, running)
         node = classes[running]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import Any
 
 #: Forwarding hops followed before the fate is undecided.
 HOPS = 4
@@ -50,10 +51,10 @@ def fate(tree, fn, key: str, hops: int = 0) -> Fate:
     if node is None or node.args.kwarg is None:
         return Fate(None, f"{fn.path}: body not readable")
     name = node.args.kwarg.arg
-    walked = list(ast.walk(node))
+    walked: list[Any] = list(ast.walk(node))
     if any(_reads_key(n, name, key) for n in walked):
         return Fate(True, f"read by name from **{name} in {fn.path}")
-    forwards = [n for n in walked if _forwards(n, name)]
+    forwards: list[ast.Call] = [n for n in walked if _forwards(n, name)]
     for call in forwards:
         found = _followed(tree, fn, call, key, hops)
         if found.used is not False:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import copy
 from itertools import combinations
+from typing import Any
 
 LOG_METHODS = frozenset(
     {"debug", "info", "warning", "warn", "error", "exception", "critical", "log"}
@@ -132,8 +133,9 @@ def _locals(fn) -> list[str]:
 
 
 class _Renamed(ast.NodeTransformer):
-    def __init__(self, mapping: dict[str, str]):
+    def __init__(self, mapping: dict[str, str], root: ast.AST):
         self.mapping = mapping
+        self.root = root  # the function renamed: its own name is not a local
 
     def visit_Name(self, node):
         node.id = self.mapping.get(node.id, node.id)
@@ -161,9 +163,7 @@ class _Renamed(ast.NodeTransformer):
 
 def _renamed_locals(fn):
     mapping = {name: f"_local_{i}" for i, name in enumerate(_locals(fn))}
-    renamer = _Renamed(mapping)
-    renamer.root = fn
-    return renamer.visit(fn)
+    return _Renamed(mapping, fn).visit(fn)
 
 
 STEPS = (
@@ -176,7 +176,7 @@ STEPS = (
 def _canonical(fn, steps, loggers: frozenset[str]) -> str:
     from harness.gate.read.reach.index import _strip_docstrings
 
-    node = _strip_docstrings(copy.deepcopy(fn))
+    node: Any = _strip_docstrings(copy.deepcopy(fn))
     node.name = "_"
     for _, step in steps:
         node = step(node, loggers)
