@@ -109,11 +109,16 @@ def binding_set(ranks: Ranks | None):
 
 
 def cache_kwargs(ranks: Ranks | None, cache_config_cls) -> dict:
-    """CacheConfig keywords for these ranks: the swap space, where this vLLM's CacheConfig takes one."""
+    """CacheConfig keywords for these ranks: the swap space, where this vLLM's CacheConfig takes one. What
+    speculators' namespace holds may be a shim's wrapper taking **kwargs (C-prefixcache's): then vLLM's own class
+    is asked (a wrapper's signature says nothing; at TP=8 that silence let vLLM refuse 4 GiB x 8 of swap)."""
     import inspect
 
     if ranks is None or ranks.swap_gib is None:
         return {}
-    if "swap_space" not in inspect.signature(cache_config_cls).parameters:
-        return {}
-    return {"swap_space": ranks.swap_gib}
+    params = inspect.signature(cache_config_cls).parameters
+    if "swap_space" not in params and any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        from vllm.config import CacheConfig
+
+        params = inspect.signature(CacheConfig).parameters
+    return {"swap_space": ranks.swap_gib} if "swap_space" in params else {}
