@@ -45,12 +45,7 @@ def _logger_of(c: Candidates, rel: str) -> str | None:
 def neutral_code_edits(c: Candidates, watched: list[Site]) -> None:
     """local-rename (a local renamed consistently in a watched function) and log-line (a debug line on the module's
     logger at its top): neutral by the gate's rule (harness.gate.read.reach.neutral)."""
-    for s in watched:
-        t = c.text(s.file)
-        _, fn = c.node(s)
-        if fn is None or not fn.body:
-            continue
-        where = f"{s.file}:{s.line} {(s.cls + '.') if s.cls else ''}{s.fn}"
+    for s, t, fn, where in c.functions(watched):
         renamed = _renamed_local(t, fn)
         if renamed is not None:
             c.add("local-rename", s.file, where, renamed)

@@ -125,6 +125,13 @@ class Candidates:
     def add(self, op: str, rel: str, where: str, build) -> None:
         self.found[op].append((rel, where, build))
 
+    def functions(self, sites: list[Site]):
+        """(site, its file's text, its def node, where) for each site whose function has a body."""
+        for s in sites:
+            _, fn = self.node(s)
+            if fn is not None and fn.body:
+                yield s, self.text(s.file), fn, f"{s.file}:{s.line} {(s.cls + '.') if s.cls else ''}{s.fn}"
+
 
 def _step_in(cls_name: str) -> str:
     """How a function of this class runs the new set-up step on its own object."""
@@ -276,12 +283,7 @@ def _reworded_docstring(t: str, fn):
 
 def neutral_edits(c: Candidates, watched: list[Site]) -> None:
     """docstring-edit, comment-edit and optional-kwarg in each function on a watched path."""
-    for s in watched:
-        t = c.text(s.file)
-        _, fn = c.node(s)
-        if fn is None or not fn.body:
-            continue
-        where = f"{s.file}:{s.line} {(s.cls + '.') if s.cls else ''}{s.fn}"
+    for s, t, fn, where in c.functions(watched):
         c.add("docstring-edit", s.file, where, _reworded_docstring(t, fn))
         c.add(
             "comment-edit",
