@@ -55,11 +55,23 @@ def fate(tree, fn, key: str, hops: int = 0) -> Fate:
     if any(_reads_key(n, name, key) for n in walked):
         return Fate(True, f"read by name from **{name} in {fn.path}")
     forwards: list[ast.Call] = [n for n in walked if _forwards(n, name)]
+    dropped = None  # the first forward's fate, where every forward drops the keyword
     for call in forwards:
         found = _followed(tree, fn, call, key, hops)
         if found.used is not False:
             return found
-    loose = [
+        dropped = dropped or found
+    loose = _whole_uses(walked, name, forwards)
+    if loose:
+        return Fate(None, f"**{name} of {fn.path} is used as a whole (line {loose[0].lineno}): not followed")
+    if dropped is not None:
+        return dropped
+    return Fate(False, f"absorbed by **{name} of {fn.path} and never read: the value is dropped")
+
+
+def _whole_uses(walked: list, name: str, forwards: list[ast.Call]) -> list:
+    """Reads of the mapping that are neither a keyed read nor a forward: it is used as a whole."""
+    return [
         n
         for n in walked
         if _is(n, name)
@@ -67,11 +79,6 @@ def fate(tree, fn, key: str, hops: int = 0) -> Fate:
         and not any(_is(k.value, name) for c in forwards for k in c.keywords if k.value is n)
         and not any(_reads_subject(p, n) for p in walked)
     ]
-    if loose:
-        return Fate(None, f"**{name} of {fn.path} is used as a whole (line {loose[0].lineno}): not followed")
-    if forwards:
-        return _followed(tree, fn, forwards[0], key, hops)
-    return Fate(False, f"absorbed by **{name} of {fn.path} and never read: the value is dropped")
 
 
 def _reads_subject(parent, node) -> bool:
