@@ -80,7 +80,10 @@ def _add_model(name: str, paths: list[str]) -> int:
         + ")"
     )
     try:
-        written = new_model.write(name, reports, header)
+        from harness.reporting import class_marks
+
+        arch = fixture["hf_config"]["architectures"][0]
+        written = new_model.write(name, reports, header, marked=lambda v: class_marks.implements(v, arch))
     except (new_model.AddModelError, BadExpectations, KeyError) as e:
         return refuse(f"--add-model: {e}")
     for path, observed, predicted in written:

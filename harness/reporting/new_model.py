@@ -70,14 +70,27 @@ def cpu_files(base: Path | None = None) -> dict[str, Path]:
 
 
 def predicted(
-    observed: dict[str, tuple[str, str]], name: str, source: dict, target: dict, source_version: str
+    observed: dict[str, tuple[str, str]],
+    name: str,
+    source: dict,
+    target: dict,
+    source_version: str,
+    marks: tuple[bool | None, bool | None] = (None, None),
 ) -> dict[str, tuple[str, str]]:
     """The new model's rows for a build not observed, from its rows on the observed build (`source`/`target`: the
-    two builds' parsed tables, other models' rows included)."""
+    two builds' parsed tables, other models' rows included; `marks`: whether the model's class carries
+    SupportsEagle3 in the observed build's and this build's sources, harness.reporting.class_marks)."""
+    from harness.reporting import class_marks
+
     out: dict[str, tuple[str, str]] = {}
+    export_here = any(k.startswith("native-eagle3[") and e.outcome.value != "n/a" for k, e in target.items())
     for key, (outcome, reason) in observed.items():
         cid = key.split("[")[0]
         seen = f"observed on vLLM {source_version}: {outcome} ({_short(reason)})"
+        by_mark = class_marks.predicted(cid, outcome, export_here, *marks)
+        if by_mark is not None:
+            out[key] = (by_mark[0], f"{PREDICTED}: {by_mark[1]}; {seen}")
+            continue
         if outcome == "broken":
             out[key] = (
                 "broken",
@@ -89,18 +102,20 @@ def predicted(
             for k, e in source.items()
             if k.split("[")[0] == cid and not k.endswith(f"[{name}]") and e.outcome.value == outcome and k in target
         )
-        if moved:
-            now, _ = max(moved.items(), key=lambda kv: (kv[1], kv[0]))
-            how = f"stay {now}" if now == outcome else f"move from {outcome} to {now}"
-            rule = f"as most tiny models' {cid} rows {how} here"
-            out[key] = (now, f"{PREDICTED}: {rule}; {seen}")
+        majority = max(moved.items(), key=lambda kv: (kv[1], kv[0]))[0] if moved else None
+        if majority is not None:
+            how = f"stay {majority}" if majority == outcome else f"move from {outcome} to {majority}"
+            out[key] = (majority, f"{PREDICTED}: as most tiny models' {cid} rows {how} here; {seen}")
         else:
             out[key] = (outcome, f"{PREDICTED}: no other model's row to follow, kept; {seen}")
     return out
 
 
-def plan(name: str, reports: list[dict], base: Path | None = None) -> dict[Path, dict[str, tuple[str, str]]]:
-    """Per CPU expectations file, the rows to write for `name`."""
+def plan(
+    name: str, reports: list[dict], base: Path | None = None, marked=None
+) -> dict[Path, dict[str, tuple[str, str]]]:
+    """Per CPU expectations file, the rows to write for `name`; `marked(version)`: whether its class carries
+    SupportsEagle3 in that build (None: the marked rows are predicted like any other)."""
     files = cpu_files(base)
     seen: dict[str, dict] = {}
     for rep in reports:
@@ -127,7 +142,8 @@ def plan(name: str, reports: list[dict], base: Path | None = None) -> dict[Path,
             out[path] = seen[version]
             continue
         nearest = min(seen, key=lambda v: (abs(order.index(v) - order.index(version)), order.index(v)))
-        out[path] = predicted(seen[nearest], name, tables[nearest], tables[version], nearest)
+        marks = (marked(nearest), marked(version)) if marked is not None else (None, None)
+        out[path] = predicted(seen[nearest], name, tables[nearest], tables[version], nearest, marks)
     return out
 
 
@@ -152,14 +168,16 @@ def rewritten(text: str, name: str, new_block: str) -> str:
         for line in text.splitlines()
         if not line.startswith(f"# {name}: ") and not re.match(rf'^"[\w-]+\[{re.escape(name)}\]"\s*=', line)
     ]
-    body = "\n".join(kept).rstrip("\n")
+    body = re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).rstrip("\n")  # a block removed mid-file leaves no gap
     return body + "\n\n" + new_block
 
 
-def write(name: str, reports: list[dict], header: str, base: Path | None = None) -> list[tuple[Path, int, int]]:
+def write(
+    name: str, reports: list[dict], header: str, base: Path | None = None, marked=None
+) -> list[tuple[Path, int, int]]:
     """Write every file's rows (each file whole, checked to parse before it replaces the old one); per file
     (path, rows observed, rows predicted)."""
-    planned = plan(name, reports, base)
+    planned = plan(name, reports, base, marked)
     texts = {}
     for path, rows in planned.items():
         text = rewritten(path.read_text(), name, block(name, rows, header))

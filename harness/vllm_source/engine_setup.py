@@ -13,7 +13,10 @@ The set-up is read from the class vLLM runs: EngineCore, or the subclass its mod
 multiprocess engine: an override of `_initialize_kv_caches` or a helper there runs instead of EngineCore's, and its
 `super()` call runs EngineCore's). A step is found wherever the set-up sends it: directly, through a helper the
 method calls (`self.m()`, followed into the running class's methods, their conditions kept), or by name (`collective_rpc("name")` on the executor
-or through EngineCore's own wrapper: the step is the worker method of that name).
+or through EngineCore's own wrapper: the step is the worker method of that name), and through the indirections of
+`harness.vllm_source.indirection`: a decorator on a method the set-up runs (its body), a mixin or other base class
+of the running classes (this module's, or one imported from vLLM), `getattr(self, "name")()` with a constant name, and
+a property the set-up reads.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.vllm_source.indirection import decorators, getattr_call, is_property, module_constants
 from harness.vllm_source.runners import imports_of
 from harness.vllm_source.source_files import module_file, parse
 
@@ -84,6 +88,32 @@ def _methods(chain: list) -> dict:
     return out
 
 
+def _base_class(root: Path, classes: dict, imported: dict, name: str):
+    """A base class named in this module: defined here, or imported from a vLLM module (read from its file)."""
+    if name in classes:
+        return classes[name]
+    target = imported.get(name)
+    f = module_file(Path(root), target.rpartition(".")[0]) if target else None
+    if f is None or target is None:
+        return None
+    return next(
+        (n for n in parse(str(f)).body if isinstance(n, ast.ClassDef) and n.name == target.rpartition(".")[2]), None
+    )
+
+
+def with_bases(root: Path, chain: list, classes: dict, imported: dict) -> list:
+    """`chain` (EngineCore, then what runs it) with the other bases of each class before it, most basic first: a
+    mixin's method runs where no class of the chain overrides it."""
+    out: list = []
+    for node in chain:
+        for b in reversed(node.bases):
+            base = _base_class(root, classes, imported, b.id) if isinstance(b, ast.Name) else None
+            if base is not None and base not in chain and base not in out:
+                out.append(base)
+        out.append(node)
+    return out
+
+
 def _helper(chain: list, methods: dict, receiver: str | None, attr: str | None, call: ast.Call):
     """The method a `self.m()` or `super().m()` call in the set-up runs, or None (super(): the base's, EngineCore's
     own definition of it)."""
@@ -117,18 +147,29 @@ def steps(root: Path) -> tuple[list[Step], str | None]:
     tree = parse(str(f))
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     cls = classes.get(CLASS)
+    imported = {k: v for k, v in imports_of(tree, MODULE).items() if v.startswith("vllm.")}
     chain = [classes[c] for c in running_chain(tree, classes)] if cls is not None else []
-    methods = _methods(chain)
+    methods = _methods(with_bases(root, chain, classes, imported))
     fn = methods.get(METHOD)
     if cls is None or fn is None:
         return [], None
-    imported = {k: v for k, v in imports_of(tree, MODULE).items() if v.startswith("vllm.")}
+    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    constants = module_constants(tree)
     found: list[Step] = []
-    entered: set[int] = {id(fn)}
+    entered: set[int] = set()
 
     def by_name(call: ast.Call) -> str | None:
         arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "method"), None)
         return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
+
+    def enter(method, conditions: tuple[str, ...]) -> None:
+        """A method's steps, and those of the decorators this module defines for it, under the caller's conditions."""
+        if id(method) in entered:
+            return
+        entered.add(id(method))
+        for body in [functions[d].body for d in decorators(method) if d in functions] + [method.body]:
+            for stmt in body:
+                visit(stmt, conditions)
 
     def visit(node, conditions: tuple[str, ...]) -> None:
         if isinstance(node, ast.If):
@@ -144,8 +185,12 @@ def steps(root: Path) -> tuple[list[Step], str | None]:
             for child in node.orelse:
                 visit(child, conditions + (f"not ({test})",))
             return
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "self" and isinstance(node.ctx, ast.Load):
+            prop = methods.get(node.attr)
+            if prop is not None and is_property(prop):  # reading it runs it
+                enter(prop, conditions)
         if isinstance(node, ast.Call):
-            func = node.func
+            func = getattr_call(node, constants) or node.func
             when = " and ".join(conditions) or None
             receiver, attr = (ast.unparse(func.value), func.attr) if isinstance(func, ast.Attribute) else (None, None)
             name = by_name(node)
@@ -153,15 +198,13 @@ def steps(root: Path) -> tuple[list[Step], str | None]:
                 found.append(Step(name, node.lineno, when, True))
             elif receiver in EXECUTOR_NAMES and attr:
                 found.append(Step(attr, node.lineno, when, True))
-            elif (helper := _helper(chain, methods, receiver, attr, node)) is not None and id(helper) not in entered:
-                entered.add(id(helper))  # an EngineCore helper (or the base's, through super()): its steps are the
-                for stmt in helper.body:  # set-up's, under this call's conditions
-                    visit(stmt, conditions)
+            elif (helper := _helper(chain, methods, receiver, attr, node)) is not None:
+                enter(helper, conditions)  # an EngineCore helper (or the base's, through super()): its steps are
+                # the set-up's, under this call's conditions
             elif isinstance(func, ast.Name) and func.id in imported:
                 found.append(Step(func.id, node.lineno, when, False))
         for sub in ast.iter_child_nodes(node):
             visit(sub, conditions)
 
-    for stmt in fn.body:
-        visit(stmt, ())
+    enter(fn, ())
     return found, str(f.relative_to(root))

@@ -306,3 +306,93 @@ def test_a_set_up_step_in_the_override_the_multiprocess_engine_runs_is_a_finding
     assert rc == 1 and rep["verdict"] == "NEEDS-NEW-SHIM", md
     changed = {c["key"]: c for c in rep["unclassified"] + rep["classified"]}
     assert "vllm.v1.engine.core:EngineCoreProc._initialize_kv_caches" in changed, "the override is on the path"
+
+
+# -- indirections: a step that runs without a call naming it where it is added -----------------------------
+INDIRECT = {
+    "a decorator this module defines": (
+        "def _primed(fn):\n"
+        "    def wrapper(self, *args, **kwargs):\n"
+        "        self.model_executor.prime_kv_cache()\n"
+        "        return fn(self, *args, **kwargs)\n"
+        "    return wrapper\n\n\n",
+        "    @_primed\n    @instrument(",
+        "",
+        "vllm.v1.engine.core:_primed",
+    ),
+    "a mixin base class's method": (
+        "class _KVPrimer:\n    def _prime_caches(self):\n        self.model_executor.prime_kv_cache()\n\n\n",
+        "",
+        "        self._prime_caches()\n",
+        "vllm.v1.engine.core:_KVPrimer._prime_caches",
+    ),
+    "getattr with a module constant": (
+        '_PRIME = "prime_kv_cache"\n\n\n',
+        "",
+        "        getattr(self.model_executor, _PRIME)()\n",
+        "vllm.v1.engine.core:EngineCore._initialize_kv_caches",  # the call and its name, `_PRIME`
+    ),
+    "a property read": (
+        "",
+        "    @property\n    def _primed(self):\n        self.model_executor.prime_kv_cache()\n        return True\n\n"
+        "    @instrument(",
+        "        assert self._primed\n",
+        "vllm.v1.engine.core:EngineCore._primed",
+    ),
+}
+
+
+@pytest.mark.parametrize("how", list(INDIRECT))
+def test_a_set_up_step_behind_an_indirection_is_a_finding_that_shows_the_step(fabricate, how):
+    """A step behind a decorator, a mixin, `getattr` or a property runs as surely as `self.m()`: the set-up reader
+    names it (NEEDS-NEW-SHIM, not SAFE or REVIEW with only the call line), and the code that makes the step is among
+    the listed changes."""
+    tree, gate = fabricate
+    top, method_prefix, call, shown = INDIRECT[how]
+    core = tree / "vllm/v1/engine/core.py"
+    text = core.read_text()
+    assert SETUP_ANCHOR in text and text.count("class EngineCore:\n") == 1, "0.32.0's core.py changed"
+    if top:
+        text = text.replace("class EngineCore:\n", top + "class EngineCore:\n", 1)
+    if "_KVPrimer" in top:
+        text = text.replace("class EngineCore:\n", "class EngineCore(_KVPrimer):\n", 1)
+    if method_prefix:
+        anchor = '    @instrument(span_name="Prepare model")\n    def _initialize_kv_caches('
+        assert text.count(anchor) == 1
+        text = text.replace(anchor, method_prefix + anchor[len("    @instrument(") :], 1)
+    text = text.replace(SETUP_ANCHOR, SETUP_ANCHOR + call, 1) if call else text
+    core.write_text(text)
+    compile(text, str(core), "exec")
+    rc, rep, md = gate()
+    [step] = _findings(rep, "kvlayout", "setup-step-skipped")
+    assert step["symbol"].endswith("executor.prime_kv_cache()") and step["status"] == "uncovered", md
+    assert rc == 1 and rep["verdict"] == "NEEDS-NEW-SHIM", md
+    listed = {c["key"]: c for c in rep["unclassified"] + rep["classified"]}
+    made = "_PRIME" if "getattr" in how else "prime_kv_cache"
+    assert shown in listed and made in listed[shown]["diff"], (how, sorted(listed))
+
+
+def test_a_decorator_on_a_worker_path_is_followed_into_its_body(fabricate):
+    """The worker's paths have no targeted check for a new step: the change is listed for review, and what a reviewer
+    reads is the decorator's new code, not only the `@name` line added above the method."""
+    tree, gate = fabricate
+    worker = tree / "vllm/v1/worker/gpu_worker.py"
+    text = worker.read_text()
+    anchor = "    def load_model(self, *, load_dummy_weights: bool = False) -> None:\n"
+    assert text.count(anchor) == 1 and text.count("\nclass Worker(") == 1, "0.32.0's gpu_worker.py changed"
+    deco = (
+        "def _warm_first(fn):\n"
+        "    def wrapper(self, *args, **kwargs):\n"
+        "        self.model_runner.mutant_warm_up()\n"
+        "        return fn(self, *args, **kwargs)\n"
+        "    return wrapper\n\n\n"
+    )
+    text = text.replace("\nclass Worker(", "\n" + deco + "class Worker(", 1).replace(
+        anchor, "    @_warm_first\n" + anchor
+    )
+    worker.write_text(text)
+    rc, rep, md = gate()
+    listed = {c["key"]: c for c in rep["unclassified"]}
+    new = listed.get("vllm.v1.worker.gpu_worker:_warm_first")
+    assert new is not None and new["kind"] == "new" and "mutant_warm_up" in new["diff"], sorted(listed)
+    assert rc != 0 and rep["verdict"] != "SAFE", md

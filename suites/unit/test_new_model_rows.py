@@ -94,3 +94,50 @@ def test_a_report_that_cannot_give_the_rows_is_refused_and_nothing_is_written(fo
     with pytest.raises(new_model.AddModelError, match=says):
         new_model.write("tiny-new", reports, "a test family", base=folder)
     assert {p.name: p.read_text() for p in folder.iterdir()} == before
+
+
+def test_rows_that_assume_supports_eagle3_follow_the_class_mark_in_each_builds_sources():
+    """C-eagle3 and native-eagle3 hold where vLLM marks the model's class SupportsEagle3, so a new model's rows on an
+    unobserved build follow its own class's mark there, not what most other models did (which predicted Cohere's
+    and Gemma-3's native-eagle3 rows native on 0.25, where a run showed them broken). The marks are read from the
+    released sources (downloaded like the gate's), through vLLM's model registry."""
+    from harness.reporting import class_marks
+
+    assert class_marks.implements("0.25.0", "LlamaForCausalLM") is True
+    assert class_marks.implements("0.25.0", "CohereForCausalLM") is False
+    assert class_marks.implements("0.16.0", "DeepseekV3ForCausalLM") is False  # gained in 0.18
+    assert class_marks.implements("0.25.0", "DeepseekV3ForCausalLM") is True
+    from harness.envs import sources
+
+    olmo2 = class_marks.registered(sources.ensure("0.32.0").root, "Olmo2ForCausalLM")
+    assert olmo2 == ("vllm.model_executor.models.transformers", "TransformersForCausalLM"), olmo2
+    assert class_marks.implements("0.25.0", "NoSuchModelForCausalLM") is None
+    # native-eagle3 is the class check itself: where the export exists, the mark decides; before it, no say
+    assert class_marks.predicted("native-eagle3", "n/a", True, False, False)[0] == "broken"
+    assert class_marks.predicted("native-eagle3", "broken", True, False, True)[0] == "native"
+    assert class_marks.predicted("native-eagle3", "n/a", False, False, True) is None
+    # C-eagle3: the same mark keeps what was observed, a mark gained makes it native; a break of its own persists
+    assert class_marks.predicted("eagle3", "shimmed", True, False, False)[0] == "shimmed"
+    assert class_marks.predicted("eagle3", "shimmed", True, False, True)[0] == "native"
+    assert class_marks.predicted("eagle3", "broken", True, False, True) is None
+    assert class_marks.predicted("embed", "shimmed", True, False, True) is None  # not a marked row
+    assert class_marks.predicted("eagle3", "shimmed", True, None, True) is None  # unknown: no say
+
+
+def test_the_written_prediction_says_it_came_from_the_class_mark(tmp_path):
+    """On 0.17 the other models' native-eagle3 rows are native (the export exists there): a model whose class lacks
+    the mark there is predicted broken, saying why, not native as most moved."""
+    old = dict.fromkeys(OTHERS, {"native-eagle3": "n/a"})
+    (tmp_path / "vllm-0.16.0-cpu.toml").write_text(rows_text("0.16.0", old))
+    (tmp_path / "vllm-0.17.0-cpu.toml").write_text(
+        rows_text("0.17.0", dict.fromkeys(OTHERS, {"native-eagle3": "native"}))
+    )
+    rows = {"native-eagle3[tiny-new]": ("n/a", "no export before 0.17")}
+    new_model.write("tiny-new", [report("0.16.0", rows)], "a test family", base=tmp_path, marked=lambda v: False)
+    row = expectations.load_file(tmp_path / "vllm-0.17.0-cpu.toml")["native-eagle3[tiny-new]"]
+    assert row.outcome.value == "broken" and "lacks SupportsEagle3" in row.reason, row
+    new_model.write(
+        "tiny-new", [report("0.16.0", rows)], "a test family", base=tmp_path, marked=lambda v: v != "0.16.0"
+    )
+    row = expectations.load_file(tmp_path / "vllm-0.17.0-cpu.toml")["native-eagle3[tiny-new]"]
+    assert row.outcome.value == "native" and "carries SupportsEagle3" in row.reason, row

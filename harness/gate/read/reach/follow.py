@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.gate.read.reach.index import Fn, Index
 from harness.gate.read.reach.scope import ENGINE, EXECUTORS, NEVER_ENABLED, PLATFORMS, ROLES, SCHEDULER
+from harness.vllm_source.indirection import decorators, getattr_call, is_property, self_reads
 
 
 @dataclass
@@ -151,12 +152,24 @@ def reachable(index: Index, platform: Platform, entries, enter: frozenset[str]) 
 
 
 def _targets(index: Index, platform: Platform, fn: Fn, module: str, concrete: str | None, defining: str | None):
-    """(function, the concrete class of its `self` or None) for each call in `fn` the path follows."""
+    """(function, the concrete class of its `self` or None) for each call in `fn` the path follows, and for what runs
+    without a call naming it (harness.vllm_source.indirection): its decorators' bodies, a `getattr` call with a
+    constant name, the properties it reads on `self`."""
+    for deco in decorators(fn.node):
+        yield from _found(
+            (t, None) for t, _ in _name_calls(index, module, deco) if t is not None and t.node is not None
+        )
+    if concrete:
+        for attr in dict.fromkeys(self_reads(fn.node)):
+            prop = index.method(concrete, attr)
+            if prop is not None and is_property(prop.node):
+                yield prop, concrete
+    constants = index.constants(module)
     for call in _calls(fn.node):
-        name = _rpc_name(call)
-        if name is not None:
-            yield from _found((index.method(worker, name), worker) for worker in platform.roles["worker"])
-        f = call.func
+        rpc = _rpc_name(call)
+        if rpc is not None:
+            yield from _found((index.method(worker, rpc), worker) for worker in platform.roles["worker"])
+        f = getattr_call(call, constants) or call.func
         if isinstance(f, ast.Attribute):
             yield from _found(_method_calls(index, platform, f, concrete, defining))
         elif isinstance(f, ast.Name):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.gate.read.reach.scope import PACKAGES
+from harness.vllm_source.indirection import module_constants
 from harness.vllm_source.source_files import module_of
 
 
@@ -83,6 +84,7 @@ class Module:
     imports: dict[str, str]
     classes: dict[str, ClassInfo]
     functions: dict[str, Fn]
+    constants: dict[str, str] = field(default_factory=dict)  # NAME = "text" at module level (getattr names)
 
 
 @lru_cache(maxsize=4096)
@@ -111,7 +113,7 @@ def _read_module(path: str, digest: str, root: str) -> Module:
                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
             }
             classes[node.name] = ClassInfo(f"{name}.{node.name}", bases, methods, _attr_types(node, imports, name))
-    return Module(name, imports, classes, functions)
+    return Module(name, imports, classes, functions, module_constants(tree))
 
 
 def _attr_types(cls: ast.ClassDef, imports: dict[str, str], module: str) -> dict[str, str]:
@@ -210,6 +212,10 @@ class Index:
             if mod != module and mod in self.modules:
                 return self.function(mod, fname)
         return None
+
+    def constants(self, module: str) -> dict[str, str]:
+        m = self.modules.get(module)
+        return m.constants if m is not None else {}
 
     def resolve_class(self, module: str, name: str) -> str | None:
         m = self.modules.get(module)

@@ -15,6 +15,8 @@ from typing import Any
 from harness.gate.sweeps.mutants.edits import add_method, indent_of, insert_at_top, parses, replace_node, replace_span
 
 STEP = "mutant_new_setup_step"
+#: The new step behind an indirection (harness.gate.sweeps.mutants.indirect_edits).
+INDIRECT = ("step-behind-decorator", "step-in-mixin", "step-by-getattr", "step-in-property")
 PROTOCOL = (
     "insert-executor-call",
     "insert-helper-call",
@@ -24,6 +26,7 @@ PROTOCOL = (
     "move-sort",
     "override-step",
     "kwarg-absorbed",
+    *INDIRECT,
 )
 NEUTRAL = ("docstring-edit", "comment-edit", "optional-kwarg", "new-module", "local-rename", "log-line")
 #: Attributes read on the worker, runner and input batch by speculators 0.3.0 and the harness's shims.
@@ -353,9 +356,11 @@ def generate(release: str, root: Path, per_operator: int, seed: int = 2026) -> t
     moved_sorts(c, request)
     neutral_edits(c, watched)
     from harness.gate.sweeps.mutants.code_edits import absorbed_keywords, neutral_code_edits, override_steps
+    from harness.gate.sweeps.mutants.indirect_edits import indirect_steps
 
     neutral_code_edits(c, watched)
     override_steps(c, setup)
+    indirect_steps(c, setup, worker)
     absorbed_keywords(c)
     new_modules(c)
     return sample(release, c.found, per_operator, rng)
