@@ -46,11 +46,19 @@ CHUNK = 1 << 20
 
 
 class SourceError(RuntimeError):
-    """The sources of a version could not be had; the gate cannot decide (exit 2)."""
+    """The sources of a version could not be had; the gate cannot decide (UNDECIDED, exit 5)."""
 
 
 class VersionNotFound(SourceError):
-    pass
+    """The index has no such version: bad input (exit 2), not a reading the gate could not finish."""
+
+
+class UnreadableArtifact(SourceError):
+    """A file given as a side is no readable vLLM source or wheel archive: bad input (exit 2)."""
+
+
+#: The source errors that are the user's input, refused in one line with nothing written.
+BAD_INPUT = (VersionNotFound, UnreadableArtifact)
 
 
 class IndexUnreachable(SourceError):
@@ -333,9 +341,9 @@ def extract(archive: Path, artifact: Artifact, root: Path, name: str) -> Path:
                 target.write_bytes(data)
                 count += 1
         except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as exc:
-            raise SourceError(f"{artifact.filename} could not be read: {exc}") from None
+            raise UnreadableArtifact(f"{artifact.filename} could not be read: {exc}") from None
         if not (tmp / PROJECT / "__init__.py").is_file():
-            raise SourceError(f"{artifact.filename} holds no vllm/__init__.py ({count} Python files)")
+            raise UnreadableArtifact(f"{artifact.filename} holds no vllm/__init__.py ({count} Python files)")
         try:
             os.rename(tmp, final)
         except OSError:

@@ -173,6 +173,11 @@ def _pipeline(req: inputs.Request, t0: float) -> int:
     try:
         old, new, entries, comparison, paths = _read_both(req, meta, t0)
     except _ReadFailed as failed:
+        from harness.envs.sources import BAD_INPUT
+
+        if isinstance(failed.exc, BAD_INPUT):  # the user's input, not a reading the gate could not finish
+            print(f"harness gate: {failed.exc}", file=sys.stderr)
+            return 2
         gate = verdict.undecided(failed.old, failed.new, str(failed.exc), meta)
         print(f"harness gate: {failed.exc}", file=sys.stderr)
         _write(gate, req, decided=False)

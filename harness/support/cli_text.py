@@ -3,9 +3,10 @@ piece, and the harness's own version."""
 
 EXIT_CODES = """exit codes (every command):
   0   ok                     1   a failure was found (a run, the matrix, the gate: NEEDS-NEW-SHIM or BROKEN)
-  2   refused: bad input, a missing piece (vLLM, an extra), or the gate cannot decide (UNDECIDED)
+  2   refused: bad input (a version the index does not have, a bad path), a missing piece (vLLM, an extra)
   3   incomplete (skipped, not observed, interrupted); the gate: REVIEW (a watched path changed, unclassified)
   4   a vLLM without expectations was observed
+  5   the gate could not decide (UNDECIDED: sources unreachable, a row not observed, --model-config needed)
   70  internal error of the harness (a bug: never a verdict; HARNESS_DEBUG=1 shows the traceback)
 
 examples:

@@ -110,11 +110,13 @@ def test_0320_to_0330_reports_the_kv_helpers_leaving_kv_cache_utils(gate, cache_
     assert covered_then_review(rc, rep) and "kv_cache_planning" in summary
 
 
-def test_nonexistent_version_exits_2_naming_it(cache_dir, tmp_path):
+def test_nonexistent_version_is_refused_naming_it_and_nothing_is_written(cache_dir, tmp_path):
+    """A version the index does not have is bad input (2, one line), not a reading the gate could not finish (5)."""
     out = gate_cli("--to", "0.99.0", "--cache-dir", str(cache_dir), "--json", str(tmp_path / "r.json"))
     assert out.returncode == 2
     assert "vLLM 0.99.0 is not on the package index" in out.stderr and "Traceback" not in out.stderr + out.stdout
-    assert json.loads((tmp_path / "r.json").read_text())["verdict"] == "UNDECIDED"
+    assert out.stderr.strip().splitlines()[-1].startswith("harness gate: vLLM 0.99.0 is not"), out.stderr
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_an_undecidable_fetch_writes_no_report_named_like_a_release(cache_dir):
@@ -126,7 +128,7 @@ def test_an_undecidable_fetch_writes_no_report_named_like_a_release(cache_dir):
     assert set((REPO_ROOT / "reports").glob("gate-*")) == before
 
 
-def test_no_network_exits_2_without_a_traceback(tmp_path):
+def test_no_network_is_undecided_without_a_traceback(tmp_path):
     empty = tmp_path / "empty-cache"
     out = gate_cli(
         "--to",
@@ -137,9 +139,10 @@ def test_no_network_exits_2_without_a_traceback(tmp_path):
         str(tmp_path / "r.json"),
         env={"HARNESS_PYPI_URL": UNREACHABLE_INDEX, "HARNESS_GATE_TIMEOUT": "3"},
     )
-    assert out.returncode == 2, out.stderr
+    assert out.returncode == 5, out.stderr  # the gate could not decide: not bad input
     assert "cannot reach the package index" in out.stderr and "Traceback" not in out.stderr + out.stdout
-    assert not empty.exists() or not any(empty.iterdir())  # nothing half-written
+    assert json.loads((tmp_path / "r.json").read_text())["verdict"] == "UNDECIDED"
+    assert not empty.exists() or not any(empty.iterdir())  # nothing half-written in the cache
 
 
 def test_an_expired_allowlist_entry_stops_counting(gate, tmp_path, covered_then_review):
@@ -160,7 +163,7 @@ def test_an_expired_allowlist_entry_stops_counting(gate, tmp_path, covered_then_
 
     rc, rep, summary = with_entry(_dt.date.today() - _dt.timedelta(days=1))
     [layer] = by_kind(rep, "layer", "layer-call-extended")
-    assert layer["status"] == "needs-model-config" and (rc, rep["verdict"]) == (2, "UNDECIDED")
+    assert layer["status"] == "needs-model-config" and (rc, rep["verdict"]) == (5, "UNDECIDED")
     [expired] = rep["allowlist"]["expired"]
     assert expired["pattern"] == "layer" and layer["symbol"] in expired["would_accept"]
     assert "Expired allow-list entry" in summary
@@ -225,7 +228,7 @@ def test_a_contract_without_facts_is_not_checked_and_undecided(cache_dir):
         None,
         observe.NOT_REQUESTED,
     )
-    assert (gate.verdict, gate.exit_code) == ("UNDECIDED", 2)
+    assert (gate.verdict, gate.exit_code) == ("UNDECIDED", 5)
     assert gate.contracts["memory"]["status"] == "not-checked" and "memory" in gate.not_checked
     assert "**Not checked**" in gate_report.markdown(gate)
 
@@ -284,11 +287,11 @@ def test_a_row_observed_broken_decides_and_is_named():
 
 def test_a_config_gated_finding_without_model_config_is_undecided(gate):
     """0.11.2 -> 0.12.0: llama_4_scaling is passed to DeepseekV2 layers; no source can say whether the target's
-    config sets it. UNDECIDED (2) with the one line that says to pass --model-config, never BROKEN."""
+    config sets it. UNDECIDED (5) with the one line that says to pass --model-config, never BROKEN."""
     rc, rep, md = gate("0.11.2", "0.12.0")
     [layer] = by_kind(rep, "layer", "layer-call-extended")
     assert layer["status"] == "needs-model-config" and "--model-config" in layer["reason"]
-    assert (rc, rep["verdict"]) == (2, "UNDECIDED") and "pass --model-config" in md
+    assert (rc, rep["verdict"]) == (5, "UNDECIDED") and "pass --model-config" in md
 
 
 @pytest.mark.parametrize(

@@ -73,7 +73,7 @@ def _cell(text) -> str:
 
 
 def markdown(gate: Gate) -> str:
-    icon = {0: "✅", 1: "❌", 2: "⚠️", 3: "🔎"}[gate.exit_code]
+    icon = {0: "✅", 1: "❌", 3: "🔎", 5: "⚠️"}.get(gate.exit_code, "⚠️")
     lines = [f"## {icon} vLLM gate {gate.old} → {gate.new}: **{gate.verdict}** (exit {gate.exit_code})", ""]
     if gate.error:
         return "\n".join(lines + [f"Could not decide: {gate.error}", ""])

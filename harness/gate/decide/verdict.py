@@ -2,7 +2,7 @@
 
 Verdicts, strongest first:
 
-* UNDECIDED (exit 2) - a contract could not be checked (or the sources could not be had). Never
+* UNDECIDED (exit 5) - a contract could not be checked (or the sources could not be had). Never
   hidden behind a pass: the contract is listed as not checked.
 * BROKEN (exit 1) - an uncovered change in a contract that by its own statement no shim can
   restore (`CONTRACT.shim is None`, e.g. C-layer).
@@ -32,7 +32,7 @@ from harness.gate.read import coverage
 from harness.gate.read.static import Comparison
 from harness.vllm_source.facts import RUNTIME, SURFACE, Finding
 
-EXIT = {"SAFE": 0, "NEEDS-SHIM-AND-COVERED": 0, "NEEDS-NEW-SHIM": 1, "BROKEN": 1, "UNDECIDED": 2, "REVIEW": 3}
+EXIT = {"SAFE": 0, "NEEDS-SHIM-AND-COVERED": 0, "NEEDS-NEW-SHIM": 1, "BROKEN": 1, "UNDECIDED": 5, "REVIEW": 3}
 
 
 @dataclass

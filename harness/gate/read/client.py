@@ -11,7 +11,7 @@ takes), never imported. What the path needs of vLLM:
   exists in the vLLM base with the same parameters, and every abstract method of a vLLM base is implemented.
 Each need is a finding per side; the verdict is about the candidate: SAFE when every need holds there, BROKEN
 when one does not (a need that held on --from is a regression, one that did not is still missing). Exit 0 / 1;
-2 when it cannot decide (no surface recorded for that client, unreadable sources), and UNDECIDED (exit 2) when
+2 when it cannot decide (no surface recorded for that client, unreadable sources), and UNDECIDED (exit 5) when
 the needs hold but the candidate's server runs code no signature can judge: `extract_hidden_states` served by
 another implementation than on --from (vLLM 0.34 serves it with the V2 runner's `ExtractHiddenStatesSpeculator`,
 0.32 with the V1 runner's `ExtractHiddenStatesProposer`). Only running the client on that build decides it.
@@ -27,7 +27,7 @@ from harness.subjects.releases import CONNECTORS_OF
 from harness.vllm_source.server_path import Tree, needs_of, server_implementation
 
 SAFE, BROKEN, UNDECIDED = "SAFE", "BROKEN", "UNDECIDED"
-EXIT = {SAFE: 0, BROKEN: 1, UNDECIDED: 2}
+EXIT = {SAFE: 0, BROKEN: 1, UNDECIDED: 5}
 
 
 class ClientUnknown(ValueError):
