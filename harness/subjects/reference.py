@@ -116,7 +116,20 @@ def load(model_path: str, dtype: str = "float32"):
     ).eval()
     if dtype == "float64":
         _hand_on_in_float64(model)
+        _experts_in_eager(model)
     return model
+
+
+def _experts_in_eager(model) -> None:
+    """transformers' MoE experts may dispatch to `torch.nn.functional.grouped_mm` (transformers 5.x, its default where
+    torch has it), which takes float32, bfloat16 or float16 only: a float64 forward of DeepseekV3 or Kimi-K2.5 stops
+    there ("Expected mat_a to be Float32, BFloat16 or Float16 matrix, got Double"). Their own per-expert loop
+    (`eager`) computes the same function in any dtype, so the float64 reference asks for it. Nothing changes where
+    transformers has no such dispatch (no `_experts_implementation` on the config)."""
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "_experts_implementation"):
+            config._experts_implementation = "eager"
 
 
 def _hand_on_in_float64(model) -> None:
