@@ -280,6 +280,29 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+#: What one device call carries, the checkout included (MiB), and the room kept free beside a part.
+CALL_MIB, MARGIN_MIB, MOST_MIB = 64, 2, 55
+
+
+def travelling_mib(root: Path) -> float:
+    """What of this checkout travels with every device call (tracked files and untracked ones git does not
+    ignore), in MiB; 0 outside a git checkout."""
+    done = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+    )
+    if done.returncode:
+        return 0.0
+    names = [n for n in done.stdout.decode(errors="replace").split("\0") if n]
+    return sum((root / n).stat().st_size for n in names if (root / n).is_file()) / 2**20
+
+
+def default_part_mib(root: Path) -> int:
+    """The largest part that still travels beside this checkout in one call: a call carries 64 MiB together, and
+    the checkout grows (a 55 MiB part stopped fitting once the tracked files passed 9 MiB)."""
+    return max(1, min(MOST_MIB, int(CALL_MIB - MARGIN_MIB - travelling_mib(root))))
+
+
 def build(version: str, out: Path, cache: Path, arch: int, torch: str, part_mib: int) -> dict:
     cache.mkdir(parents=True, exist_ok=True)
     download([f"vllm=={version}"], cache)
@@ -347,8 +370,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--arch", type=int, default=90, help="the GPU's SM version (90: H100/H200)")
     ap.add_argument("--torch", default="2.11.0", help="the device's torch release")
-    ap.add_argument("--part-mib", type=int, default=55, help="largest part, MiB (a call carries 64 MiB)")
+    ap.add_argument(
+        "--part-mib",
+        type=int,
+        default=None,
+        help="largest part, MiB (default: what a call's 64 MiB leaves beside this checkout, at most 55)",
+    )
     args = ap.parse_args(argv)
+    if args.part_mib is None:
+        args.part_mib = default_part_mib(Path.cwd())
+        print(f"harness.gpu.bundle: parts of at most {args.part_mib} MiB (a call carries 64 MiB with the checkout)")
     if not re.fullmatch(r"\d+\.\d+\.\d+", args.version):
         print(f"harness.gpu.bundle: not a release version: {args.version!r}", file=sys.stderr)
         return 2
