@@ -101,7 +101,11 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--summary", help="also write the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
     p.add_argument("--json", help="JSON report path (default: reports/gate-<from>-to-<to>.json)")
     p.add_argument("--allowlist", help="allow-list TOML (default: fixtures/gate/allowlist.toml)")
-    p.add_argument("--speculators", default="0.3.0", help="speculators version whose used surface is read")
+    p.add_argument(
+        "--speculators",
+        default=None,
+        help="speculators version whose used surface is read (default: the lock file's pin; without one, 0.3.0)",
+    )
     p.add_argument(
         "--client",
         metavar="speculators==X.Y.Z",

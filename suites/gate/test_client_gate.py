@@ -200,3 +200,19 @@ def test_a_pull_request_is_judged_from_the_base_pin_to_the_head_pin(tmp_path):
     assert (
         p.returncode == 2 and "--base-lockfile needs --lockfile" in p.stderr and not (tmp_path / "none.json").exists()
     )
+
+
+def test_a_lock_file_without_a_speculators_pin_is_refused_with_the_line_to_add(tmp_path):
+    """A lock that pins vLLM but no speculators does not say which extraction path to judge: refused (2, one line
+    saying what to add), nothing written, never judged as if it pinned 0.3.0."""
+    lock = tmp_path / "uv.lock"
+    lock.write_text('version = 1\n[[package]]\nname = "vllm"\nversion = "0.32.0"\n')
+    out = tmp_path / "gate.json"
+    p = subprocess.run(
+        [sys.executable, "-m", "harness", "gate", "--lockfile", str(lock), "--to", "0.34.0", "--json", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "pins no speculators" in lines[0], p.stderr
+    assert "speculators==X.Y.Z" in lines[0] and not out.exists()

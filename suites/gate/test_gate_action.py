@@ -14,6 +14,8 @@ from harness.support.paths import REPO_ROOT
 
 SCRIPT = REPO_ROOT / ".github" / "actions" / "gate" / "gate.sh"
 OLD, NEW = "0.32.0", "0.34.0"
+#: The lock's speculators pin (after vLLM's, so the vllm line keeps its number): the release whose path is judged.
+SPECULATORS_PIN = '[[package]]\nname = "speculators"\nversion = "0.3.0"\n'
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +25,9 @@ def job(tmp_path_factory, cache_dir):
 
     root = tmp_path_factory.mktemp("job")
     (root / "work").mkdir()
-    (root / "work" / "uv.lock").write_text(f'version = 1\n[[package]]\nname = "vllm"\nversion = "{OLD}"\n')
+    (root / "work" / "uv.lock").write_text(
+        f'version = 1\n[[package]]\nname = "vllm"\nversion = "{OLD}"\n' + SPECULATORS_PIN
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "GATE_", "GITHUB_", "VIRTUAL_ENV"))}
     env.update(
         PATH=f"{os.path.dirname(find_uv_bin())}:{env.get('PATH', '')}",
@@ -79,7 +83,10 @@ def test_a_pull_request_is_judged_from_the_base_pin_with_an_annotation_on_the_lo
     repo.mkdir()
     git = ["git", "-c", "user.email=t@t", "-c", "user.name=t", "-C", str(repo)]
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    lock = 'version = 1\n[[package]]\nname = "torch"\nversion = "2.9.0"\n[[package]]\nname = "vllm"\nversion = "{}"\n'
+    lock = (
+        'version = 1\n[[package]]\nname = "torch"\nversion = "2.9.0"\n[[package]]\nname = "vllm"\nversion = "{}"\n'
+        + SPECULATORS_PIN
+    )
     (repo / "uv.lock").write_text(lock.format(OLD))
     subprocess.run([*git, "add", "uv.lock"], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "base"], check=True)

@@ -25,6 +25,8 @@ from harness.support.paths import REPO_ROOT
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "gate-call.yml"
 ACTION = REPO_ROOT / ".github" / "actions" / "gate" / "action.yml"
 OLD, NEW = "0.32.0", "0.34.0"
+#: The downstream lock's speculators pin: the in-process release whose path is judged.
+SPECULATORS_PIN = '[[package]]\nname = "speculators"\nversion = "0.3.0"\n'
 EXPR = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
 
 
@@ -93,7 +95,7 @@ def runner(tmp_path_factory, cache_dir):
     work, temp = root / "work", root / "temp"
     temp.mkdir()
     (work / ".speculators-vllm-harness").mkdir(parents=True)
-    (work / "uv.lock").write_text(f'version = 1\n[[package]]\nname = "vllm"\nversion = "{OLD}"\n')
+    (work / "uv.lock").write_text(f'version = 1\n[[package]]\nname = "vllm"\nversion = "{OLD}"\n' + SPECULATORS_PIN)
     copy_checkout(work / ".speculators-vllm-harness")
     restore_cache(cache_dir, work / ".cache" / "gate")
     env = {
@@ -187,7 +189,7 @@ def test_the_workflow_s_step_follows_the_lock_file_s_speculators_pin(runner):
     work, temp, _ = runner
     lock = work / "uv.lock"
     before = lock.read_text()
-    lock.write_text(before + '[[package]]\nname = "speculators"\nversion = "0.8.0"\n')
+    lock.write_text(before.replace(SPECULATORS_PIN, SPECULATORS_PIN.replace("0.3.0", "0.8.0")))
     try:
         spec = yaml.safe_load(WORKFLOW.read_text())
         step = next(s for s in spec["jobs"]["gate"]["steps"] if s.get("id") == "gate")

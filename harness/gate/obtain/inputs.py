@@ -17,6 +17,10 @@ class InputRefused(ValueError):
     """Bad input to the gate: one line, exit 2, nothing downloaded, no report written."""
 
 
+#: The in-process release judged when neither a lock file nor --speculators names one.
+DEFAULT_SPECULATORS = "0.3.0"
+
+
 @dataclass(frozen=True)
 class Request:
     """What the gate was asked, checked once before anything is obtained: the two sides, the path judged (the
@@ -26,7 +30,7 @@ class Request:
     old: Spec
     new: Spec
     from_reason: str | None = None  # why --from is what it is, where the user did not give it
-    speculators: str = "0.3.0"
+    speculators: str = DEFAULT_SPECULATORS
     client_version: str | None = None
     surface: Path | None = None
     regenerate_surface: bool = False
@@ -62,7 +66,7 @@ def read_lockfiles(args) -> _Pins:
         except NoPin as exc:
             raise InputRefused(f"{flag}: {exc}") from None
 
-    given = _Pins(args.to_version, args.from_version, None, args.client, args.speculators)
+    given = _Pins(args.to_version, args.from_version, None, args.client, args.speculators or DEFAULT_SPECULATORS)
     head = read("--lockfile", args.lockfile) if getattr(args, "lockfile", None) else None
     base = read("--base-lockfile", args.base_lockfile) if getattr(args, "base_lockfile", None) else None
     to = given.to
@@ -81,6 +85,12 @@ def read_lockfiles(args) -> _Pins:
         raise InputRefused(f"--from {given.frm} and the lock file's vllm {pinned['vllm']} disagree: give one")
     client, speculators = given.client, given.speculators
     spec = (head or pinned)["speculators"]
+    if not spec and not client and not args.speculators:
+        lock = Path(args.lockfile).name
+        raise InputRefused(
+            f"{lock} pins no speculators, so it does not say which extraction path to judge: add the release your "
+            "training runs (`uv add speculators==X.Y.Z`), or pass --client speculators==X.Y.Z or --speculators X.Y.Z"
+        )
     if spec and not client and Version(spec) >= Version("0.5"):
         client = f"speculators=={spec}"
     elif spec and not client:
