@@ -44,6 +44,7 @@ from typing import Any
 
 from harness.gpu import fatbin
 from harness.gpu.bundle_contents import DEVICE_HAS, OPTIONAL, PLATFORMS, REMOVE
+from harness.gpu.call_room import default_part_mib
 
 NEWER_DAYS = 14
 INSTALLER = Path(__file__).with_name("bundle_install.sh")
@@ -278,29 +279,6 @@ def pack(files: list[Path], out: Path, limit: int) -> list[list[str]]:
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-#: What one device call carries, the checkout included (MiB), and the room kept free beside a part.
-CALL_MIB, MARGIN_MIB, MOST_MIB = 64, 2, 55
-
-
-def travelling_mib(root: Path) -> float:
-    """What of this checkout travels with every device call (tracked files and untracked ones git does not
-    ignore), in MiB; 0 outside a git checkout."""
-    done = subprocess.run(
-        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        capture_output=True,
-    )
-    if done.returncode:
-        return 0.0
-    names = [n for n in done.stdout.decode(errors="replace").split("\0") if n]
-    return sum((root / n).stat().st_size for n in names if (root / n).is_file()) / 2**20
-
-
-def default_part_mib(root: Path) -> int:
-    """The largest part that still travels beside this checkout in one call: a call carries 64 MiB together, and
-    the checkout grows (a 55 MiB part stopped fitting once the tracked files passed 9 MiB)."""
-    return max(1, min(MOST_MIB, int(CALL_MIB - MARGIN_MIB - travelling_mib(root))))
 
 
 def build(version: str, out: Path, cache: Path, arch: int, torch: str, part_mib: int) -> dict:

@@ -187,10 +187,10 @@ def test_the_downloader_runs_from_a_uv_venv_that_has_no_pip(tmp_path):
 def test_the_default_part_travels_beside_this_checkout_in_one_call():
     """A device call carries 64 MiB with the checkout: the default part is sized from what this checkout sends (a fixed
     55 MiB part stopped fitting once the tracked files passed 9 MiB), never above 55 MiB."""
-    from harness.gpu import bundle
+    from harness.gpu import call_room
     from harness.support.paths import REPO_ROOT
 
-    sent = bundle.travelling_mib(REPO_ROOT)
-    part = bundle.default_part_mib(REPO_ROOT)
+    sent = call_room.travelling_mib(REPO_ROOT)
+    part = call_room.default_part_mib(REPO_ROOT)
     assert sent > 1, "the checkout's tracked files are counted"
-    assert part + sent <= bundle.CALL_MIB - 1 and 1 <= part <= bundle.MOST_MIB, (part, sent)
+    assert part + sent <= call_room.CALL_MIB - 1 and 1 <= part <= call_room.MOST_MIB, (part, sent)

@@ -6,7 +6,7 @@ flag each (the mutation report counts a SAFE one as missed)."""
 from __future__ import annotations
 
 from harness.gate.sweeps.mutants.edits import add_method, indent_of, insert_at_top
-from harness.gate.sweeps.mutants.operators import INDIRECT, Candidates, Site, _node, _step_in
+from harness.gate.sweeps.mutants.operators import INDIRECT, Candidates, Site, _step_in
 
 
 def _before_class(text: str, cls, source: str) -> str:
@@ -78,7 +78,7 @@ def indirect_steps(c: Candidates, setup: list[Site], worker: list[Site]) -> None
     insert-helper-call goes)."""
     for s in [x for x in setup if x.cls == "EngineCore"] + [w for w in worker if w.cls]:
         t = c.text(s.file)
-        cls, fn = _node(c.tree(s.file), s)
+        cls, fn = c.node(s)
         if cls is None or fn is None or not fn.body:
             continue
         where = f"{s.file}:{s.line} {s.cls}.{s.fn}"
